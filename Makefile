@@ -1,0 +1,38 @@
+# Two commands do all the set-up: `make run` (the embedded default job) and `make test`.
+# Both create the virtual environment first when it is missing.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The CPU wheel on a CPU box; GPU users can set TORCH_SPEC to their CUDA build.
+TORCH_SPEC ?= torch==2.13.0
+ARGS ?=
+
+.PHONY: venv run test test-unit lint format bench clean-runs
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+venv: $(VENV)/.installed
+
+run: venv
+	$(PY) -m raytrain_vla.run $(ARGS)
+
+test: venv
+	$(PY) -m pytest -q tests
+
+test-unit: venv
+	$(PY) -m pytest -q tests/unit
+
+lint: venv
+	$(VENV)/bin/ruff check raytrain_vla tests benchmarks
+	$(VENV)/bin/ruff format --check raytrain_vla tests benchmarks
+
+format: venv
+	$(VENV)/bin/ruff format raytrain_vla tests benchmarks
+
+bench: venv
+	$(PY) benchmarks/overhead.py

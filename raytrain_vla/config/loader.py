@@ -1,0 +1,280 @@
+"""Load the config tree from packaged defaults, a YAML file and `--dotted.key=value` overrides.
+
+draccus does the decoding; this module adds what users need on top: errors that name the key and
+the nearest valid key, and a stable hash over the recipe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+import typing
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import draccus
+import yaml
+
+from raytrain_vla.config.schema import Config
+
+DEFAULT_CONFIG = "default.yaml"
+
+
+class ConfigError(ValueError):
+    """A config file or override that does not fit the schema; the message names the key."""
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def valid_keys(cls: type = Config, prefix: str = "") -> list[str]:
+    """Every dotted key the schema accepts (sections and leaves)."""
+    keys: list[str] = []
+    for name, tp in _field_types(cls).items():
+        key = f"{prefix}{name}"
+        keys.append(key)
+        if dataclasses.is_dataclass(tp):
+            keys.extend(valid_keys(tp, key + "."))
+    return keys
+
+
+def _nearest(key: str) -> str:
+    match = difflib.get_close_matches(key, valid_keys(), n=1, cutoff=0.0)
+    return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+def _check_keys(tree: dict, cls: type, prefix: str, source: str) -> None:
+    """Reject unknown keys before decoding, so the message can point at the nearest valid key."""
+    types = _field_types(cls)
+    for name, value in tree.items():
+        key = f"{prefix}{name}"
+        if name not in types:
+            raise ConfigError(f"{source}: unknown key '{key}'{_nearest(key)}")
+        if dataclasses.is_dataclass(types[name]):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{source}: '{key}' must be a mapping of its fields")
+            _check_keys(value, types[name], key + ".", source)
+
+
+def _packaged_default() -> dict:
+    text = resources.files("raytrain_vla.config").joinpath(DEFAULT_CONFIG).read_text()
+    return yaml.safe_load(text) or {}
+
+
+def _read_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        tree = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from err
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{path}: expected a mapping of config sections at the top level")
+    return tree
+
+
+def _merge(base: dict, update: dict) -> dict:
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _parse_overrides(args: list[str]) -> dict:
+    """Turn `--a.b=c` (or `--a.b c`) into a nested dict; values are parsed as YAML scalars."""
+    tree: dict = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--"):
+            raise ConfigError(
+                f"unexpected argument '{arg}': overrides look like --section.key=value"
+            )
+        if "=" in arg:
+            key, raw = arg[2:].split("=", 1)
+        elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+            key, raw = arg[2:], args[i + 1]
+            i += 1
+        else:
+            raise ConfigError(f"override '{arg}' has no value: use --{arg[2:]}=VALUE")
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError:
+            value = raw
+        node = tree
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override '--{key}' conflicts with another override")
+        node[parts[-1]] = value
+        i += 1
+    return tree
+
+
+def from_tree(tree: dict, source: str = "config") -> Config:
+    """Decode a plain nested dict into the typed tree, with one-line errors naming the key."""
+    _check_keys(tree, Config, "", source)
+    try:
+        cfg = draccus.decode(Config, tree)
+    except draccus.utils.DecodingError as err:
+        key = ".".join(str(p) for p in err.key_path) or "<root>"
+        detail = " ".join(str(err.message).split())
+        raise ConfigError(f"{source}: bad value for '{key}': {detail}") from err
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{source}: {' '.join(str(err).split())}") from err
+    validate(cfg)
+    return cfg
+
+
+def load_config(
+    config_path: str | Path | None = None, overrides: list[str] | None = None
+) -> Config:
+    """Packaged defaults, then the YAML file, then CLI overrides, decoded and validated."""
+    tree = _packaged_default()
+    source = "default config"
+    if config_path:
+        file_tree = _read_yaml(config_path)
+        _check_keys(file_tree, Config, "", str(config_path))
+        tree = _merge(tree, file_tree)
+        source = str(config_path)
+    if overrides:
+        override_tree = _parse_overrides(overrides)
+        _check_keys(override_tree, Config, "", "command line")
+        tree = _merge(tree, override_tree)
+        source = "command line" if not config_path else f"{config_path} + command line"
+    return from_tree(tree, source)
+
+
+def parse_cli(argv: list[str]) -> Config:
+    """`--config PATH` plus dotted overrides."""
+    config_path = None
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--config":
+            if i + 1 >= len(argv):
+                raise ConfigError("--config needs a path")
+            config_path = argv[i + 1]
+            i += 2
+            continue
+        if arg.startswith("--config="):
+            config_path = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+        i += 1
+    return load_config(config_path, rest)
+
+
+_CHOICES = {
+    "model.size": ("tiny", "small", "base"),
+    "train.precision": ("fp32", "bf16"),
+    "scheduler.type": ("constant", "cosine"),
+    "optimizer.type": ("adamw",),
+    "data.normalization": ("mean_std", "min_max"),
+    "logging.wandb_mode": ("offline", "online", "disabled"),
+}
+
+
+def _get(cfg: Config, key: str) -> Any:
+    node: Any = cfg
+    for part in key.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def validate(cfg: Config) -> None:
+    """Cross-field rules that a type alone cannot express."""
+    for key, choices in _CHOICES.items():
+        if _get(cfg, key) not in choices:
+            raise ConfigError(
+                f"bad value for '{key}': {_get(cfg, key)!r}, expected one of {choices}"
+            )
+    positive = [
+        "train.steps",
+        "train.global_batch_size",
+        "train.micro_batch_size",
+        "data.chunk_size",
+    ]
+    positive += ["train.log_interval", "train.val_interval", "train.save_interval"]
+    for key in positive:
+        if _get(cfg, key) <= 0:
+            raise ConfigError(
+                f"bad value for '{key}': {_get(cfg, key)}, expected a positive integer"
+            )
+    if not 0.0 <= cfg.data.val_fraction < 1.0:
+        raise ConfigError(
+            f"bad value for 'data.val_fraction': {cfg.data.val_fraction}, expected [0, 1)"
+        )
+    workers = cfg.ray.num_workers
+    lo, hi = (workers, workers) if isinstance(workers, int) else workers
+    if lo < 1 or hi < lo:
+        raise ConfigError(f"bad value for 'ray.num_workers': {workers}, expected N or [min, max]")
+    for w in range(lo, hi + 1):
+        check_batch_layout(cfg.train.global_batch_size, cfg.train.micro_batch_size, w)
+    names = [g.name for g in cfg.optimizer.groups]
+    if len(set(names)) != len(names) or any(not n for n in names):
+        raise ConfigError(
+            f"bad value for 'optimizer.groups': names must be unique and non-empty, got {names}"
+        )
+
+
+def check_batch_layout(global_batch: int, micro_batch: int, world_size: int) -> int:
+    """Gradient accumulation steps that keep the global batch fixed for this world size."""
+    if global_batch % (world_size * micro_batch) != 0:
+        raise ConfigError(
+            f"'train.global_batch_size' {global_batch} must be divisible by world size {world_size} x "
+            f"'train.micro_batch_size' {micro_batch}"
+        )
+    return global_batch // (world_size * micro_batch)
+
+
+def to_dict(cfg: Config) -> dict:
+    """Plain JSON/YAML-safe tree (tuples become lists)."""
+    return json.loads(json.dumps(draccus.encode(cfg)))
+
+
+def to_yaml(cfg: Config) -> str:
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)
+
+
+# Keys that may differ between a run and its resume without changing the recipe.
+RESUMABLE_KEYS = (
+    "ray",
+    "logging",
+    "debug",
+    "train.steps",
+    "train.micro_batch_size",
+    "train.activation_checkpointing",
+    "train.cpu_offload",
+    "train.reshard_after_forward",
+    "train.log_interval",
+    "train.val_interval",
+    "train.save_interval",
+    "data.root",
+    "data.write_demo_if_missing",
+    "data.prefetch_batches",
+    "data.samples_per_read_task",
+    "data.val_max_samples",
+)
+
+
+def recipe_hash(cfg: Config) -> str:
+    """Hash over everything that changes the math; resume compares it."""
+    tree = to_dict(cfg)
+    for key in RESUMABLE_KEYS:
+        parts = key.split(".")
+        node = tree
+        for part in parts[:-1]:
+            node = node[part]
+        node.pop(parts[-1], None)
+    return hashlib.sha256(json.dumps(tree, sort_keys=True).encode()).hexdigest()[:16]

@@ -1,0 +1,129 @@
+"""The typed config tree. Every component owns one section; YAML files are plain data over it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class DataConfig:
+    # LeRobot dataset root. The demo dataset is written here when it is missing and `demo` is set.
+    root: str = "~/.cache/raytrain_vla/demo_v1"
+    write_demo_if_missing: bool = True
+    demo_episodes: int = 1500
+    demo_seed: int = 0
+    # Future actions per sample (the action chunk) and the frame delta of the observation.
+    chunk_size: int = 8
+    # Held-out episodes: an explicit list wins over the fraction.
+    val_fraction: float = 0.05
+    val_episodes: list[int] = field(default_factory=list)
+    val_max_samples: int = 512
+    # Sample plan (DESIGN.md): spans of consecutive frames, then a windowed sample shuffle.
+    span_len: int = 16
+    shuffle_window: int = 2048
+    normalization: str = "mean_std"  # mean_std | min_max
+    # Ray Data: samples decoded per read task, and batches prefetched per rank.
+    samples_per_read_task: int = 512
+    prefetch_batches: int = 4
+
+
+@dataclass
+class ModelConfig:
+    type: str = "flow_vla"
+    size: str = "tiny"  # tiny | small | base
+    num_inference_steps: int = 10
+    max_text_len: int = 48
+
+
+@dataclass
+class LRGroupConfig:
+    name: str = ""
+    # Regexes over parameter names (re.search); the first group that matches a parameter wins.
+    patterns: list[str] = field(default_factory=list)
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+
+
+def _default_lr_groups() -> list[LRGroupConfig]:
+    return [
+        LRGroupConfig("vision", [r"^vision\."], 1e-3, 0.01),
+        LRGroupConfig("backbone", [r"^backbone\."], 1e-3, 0.01),
+        LRGroupConfig("action_expert", [r"^action_expert\."], 1e-3, 0.01),
+    ]
+
+
+@dataclass
+class OptimizerConfig:
+    type: str = "adamw"
+    # LR and weight decay for parameters that no group claims.
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    groups: list[LRGroupConfig] = field(default_factory=_default_lr_groups)
+    train_action_expert_only: bool = False
+
+
+@dataclass
+class SchedulerConfig:
+    type: str = "cosine"  # constant | cosine
+    warmup_steps: int = 100
+    min_lr_ratio: float = 0.05
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 3000
+    global_batch_size: int = 64
+    micro_batch_size: int = 32
+    grad_clip: float = 1.0
+    precision: str = "fp32"  # fp32 | bf16
+    activation_checkpointing: bool = False
+    cpu_offload: bool = False
+    reshard_after_forward: bool = True
+    seed: int = 0
+    log_interval: int = 100
+    val_interval: int = 1000
+    save_interval: int = 1000
+
+
+@dataclass
+class RayConfig:
+    # Address of an existing cluster; empty starts (or joins) a local one.
+    address: str = ""
+    # Logical CPUs of the embedded local cluster; 0 picks enough for workers plus Ray Data.
+    local_num_cpus: int = 0
+    num_workers: int | tuple[int, int] = 2
+    use_gpu: bool = False
+    resources_per_worker: dict[str, float] = field(default_factory=lambda: {"CPU": 1.0})
+    storage_path: str = "./runs"
+    run_name: str = "demo"
+    max_failures: int = 0
+    num_to_keep: int = 2
+
+
+@dataclass
+class LoggingConfig:
+    wandb_mode: str = "offline"  # offline | online | disabled
+    wandb_project: str = "raytrain_vla"
+    console: bool = True
+
+
+@dataclass
+class DebugConfig:
+    log_sample_ids: bool = False
+    # Fault injection for tests: make the loss NaN on one rank at one step.
+    nan_loss_step: int = -1
+    nan_loss_rank: int = 0
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    debug: DebugConfig = field(default_factory=DebugConfig)

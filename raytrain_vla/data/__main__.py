@@ -1,0 +1,73 @@
+"""`python -m raytrain_vla.data demo OUT` writes the demo dataset; `inspect ROOT` summarises one.
+
+Thin on purpose: the work lives in demo.py and lerobot.py. Expected failures print one
+`error: ...` line and exit 1, so scripts and CI logs show the cause rather than a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from raytrain_vla.data.lerobot import DatasetError, LeRobotMeta
+from raytrain_vla.data.video import VideoDecodeError
+
+
+def _demo(args: argparse.Namespace) -> None:
+    from raytrain_vla.data.demo import write_demo_dataset
+
+    start = time.perf_counter()
+    root = write_demo_dataset(args.out, args.episodes, seed=args.seed)
+    meta = LeRobotMeta.load(root)
+    print(
+        f"wrote {root}: {meta.num_episodes} episodes, {meta.total_frames} frames, "
+        f"{len(meta.tasks)} tasks in {time.perf_counter() - start:.1f}s"
+    )
+
+
+def _inspect(args: argparse.Namespace) -> None:
+    meta = LeRobotMeta.load(args.root)
+    print(f"root: {meta.root}")
+    print(f"version: {meta.version}  fps: {meta.fps}")
+    print(f"episodes: {meta.num_episodes}  frames: {meta.total_frames}  tasks: {len(meta.tasks)}")
+    cams = [
+        f"{k} ({meta.features[k]['dtype']}, CHW {meta.camera_shape(k)})" for k in meta.camera_keys
+    ]
+    print(f"camera keys: {', '.join(cams) or '-'}")
+    print("features:")
+    for key, feat in meta.features.items():
+        print(f"  {key:<28} {feat['dtype']:<8} {feat['shape']}")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m raytrain_vla.data", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser(
+        "demo", help="write the simulated reaching demo as a LeRobot v3.0 dataset"
+    )
+    demo.add_argument("out", help="output directory (must not exist, or be empty)")
+    demo.add_argument("--episodes", type=_positive, default=1500)
+    demo.add_argument("--seed", type=int, default=0)
+    demo.set_defaults(func=_demo)
+    inspect = sub.add_parser("inspect", help="summarise a LeRobot dataset")
+    inspect.add_argument("root")
+    inspect.set_defaults(func=_inspect)
+    args = parser.parse_args(argv)
+    try:
+        args.func(args)
+    except (DatasetError, FileExistsError, VideoDecodeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

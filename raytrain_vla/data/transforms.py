@@ -1,0 +1,108 @@
+"""Normalisation and the batch transform that turns decoded samples into model inputs.
+
+Stats come from the dataset's `meta/stats.json` and travel with checkpoints and exports as
+`normalization.json`, so a policy un-normalises its actions without the dataset.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from raytrain_vla.models.tokenizer import tokenize
+
+NORMALIZED_FEATURES = ("observation.state", "action")
+EPS = 1e-6
+
+
+@dataclass
+class Normalizer:
+    """Per-feature affine maps: x_norm = (x - shift) / scale."""
+
+    mode: str
+    shift: dict[str, np.ndarray]
+    scale: dict[str, np.ndarray]
+
+    @classmethod
+    def from_stats(cls, stats: dict, mode: str, features=NORMALIZED_FEATURES) -> Normalizer:
+        shift, scale = {}, {}
+        for feat in features:
+            if feat not in stats:
+                raise ValueError(f"normalisation stats have no entry for '{feat}'")
+            s = {k: np.asarray(v, dtype=np.float32) for k, v in stats[feat].items()}
+            if mode == "mean_std":
+                shift[feat], scale[feat] = s["mean"], np.maximum(s["std"], EPS)
+            elif mode == "min_max":
+                # Maps [min, max] to [-1, 1].
+                shift[feat] = (s["max"] + s["min"]) / 2
+                scale[feat] = np.maximum((s["max"] - s["min"]) / 2, EPS)
+            else:
+                raise ValueError(f"unknown normalisation mode '{mode}'")
+        return cls(mode, shift, scale)
+
+    def to_dict(self) -> dict:
+        return {
+            "mode": self.mode,
+            "features": {
+                k: {"shift": self.shift[k].tolist(), "scale": self.scale[k].tolist()}
+                for k in self.shift
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Normalizer:
+        feats = d["features"]
+        return cls(
+            d["mode"],
+            {k: np.asarray(v["shift"], np.float32) for k, v in feats.items()},
+            {k: np.asarray(v["scale"], np.float32) for k, v in feats.items()},
+        )
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Normalizer:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    def normalize(self, feat: str, x: torch.Tensor) -> torch.Tensor:
+        shift = torch.as_tensor(self.shift[feat], device=x.device, dtype=x.dtype)
+        scale = torch.as_tensor(self.scale[feat], device=x.device, dtype=x.dtype)
+        return (x - shift) / scale
+
+    def unnormalize(self, feat: str, x: torch.Tensor) -> torch.Tensor:
+        shift = torch.as_tensor(self.shift[feat], device=x.device, dtype=x.dtype)
+        scale = torch.as_tensor(self.scale[feat], device=x.device, dtype=x.dtype)
+        return x * scale + shift
+
+
+class BatchTransform:
+    """Decoded columns (uint8 images, raw state/actions, task index) -> normalised model batch."""
+
+    def __init__(
+        self, normalizer: Normalizer, tasks: list[str], camera_keys: list[str], max_text_len: int
+    ):
+        self.normalizer = normalizer
+        self.camera_keys = camera_keys
+        self.task_tokens, self.task_mask = tokenize(tasks, max_text_len)
+
+    def __call__(self, cols: dict, device: torch.device | str = "cpu") -> dict:
+        def t(x):
+            return torch.from_numpy(np.array(x)).to(device, non_blocking=True)  # writable copy
+
+        task = t(cols["task_index"]).long()
+        batch = {
+            "sample_ids": t(cols["sample_id"]).long(),
+            "images": {k: t(cols[f"image/{k}"]).float().div_(255.0) for k in self.camera_keys},
+            "state": self.normalizer.normalize("observation.state", t(cols["state"]).float()),
+            "text_tokens": self.task_tokens.to(device)[task],
+            "text_mask": self.task_mask.to(device)[task],
+        }
+        if "actions" in cols:
+            batch["actions"] = self.normalizer.normalize("action", t(cols["actions"]).float())
+            batch["action_is_pad"] = t(cols["action_is_pad"]).bool()
+        return batch

@@ -1,0 +1,110 @@
+"""`python -m raytrain_vla.run [--config CFG.yaml] [--dotted.key=value ...]`: train, validate, export.
+
+Locally it starts an embedded Ray cluster; under `ray job submit` it joins the job's cluster.
+Re-running the same `ray.run_name` resumes from that run's latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import ray
+from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchConfig, TorchTrainer
+
+from raytrain_vla.config import Config, ConfigError, parse_cli, to_dict
+from raytrain_vla.data.source import ensure_dataset
+from raytrain_vla.train.worker import run_dir_of, train_loop_per_worker
+
+
+def init_ray(cfg: Config) -> None:
+    """Join the given (or the job's) cluster, else start a local one with CPUs for Ray Data too."""
+    if ray.is_initialized():
+        return
+    address = cfg.ray.address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address)
+        return
+    workers = (
+        cfg.ray.num_workers if isinstance(cfg.ray.num_workers, int) else cfg.ray.num_workers[1]
+    )
+    per_worker = int(cfg.ray.resources_per_worker.get("CPU", 1))
+    num_cpus = cfg.ray.local_num_cpus or workers * per_worker + 4
+    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
+
+
+def build_trainer(cfg: Config) -> TorchTrainer:
+    storage = str(Path(cfg.ray.storage_path).expanduser().resolve())
+    resources = dict(cfg.ray.resources_per_worker)
+    if cfg.ray.use_gpu:
+        resources.setdefault("GPU", 1.0)
+    return TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config=to_dict(cfg),
+        torch_config=TorchConfig(backend="nccl" if cfg.ray.use_gpu else "gloo"),
+        scaling_config=ScalingConfig(
+            num_workers=tuple(cfg.ray.num_workers)
+            if not isinstance(cfg.ray.num_workers, int)
+            else cfg.ray.num_workers,
+            use_gpu=cfg.ray.use_gpu,
+            resources_per_worker=resources,
+        ),
+        run_config=RunConfig(
+            name=cfg.ray.run_name,
+            storage_path=storage,
+            failure_config=FailureConfig(max_failures=cfg.ray.max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=cfg.ray.num_to_keep),
+        ),
+    )
+
+
+def summarize(cfg: Config, metrics: dict, seconds: float) -> dict:
+    run_dir = run_dir_of(cfg)
+    summary = {
+        "run_dir": str(run_dir),
+        "steps": metrics.get("step"),
+        "samples_per_s": metrics.get("samples_per_s"),
+        "val_action_mse": metrics.get("val_action_mse"),
+        "val_mean_action_mse": metrics.get("val_mean_action_mse"),
+        "val_mse_ratio": metrics.get("val_mse_ratio"),
+        "export": str(run_dir / "export"),
+        "wall_s": round(seconds, 1),
+    }
+    return summary
+
+
+def _last_line(err: BaseException) -> str:
+    """The most specific line of a (possibly remote) traceback."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    return lines[-1] if lines else type(err).__name__
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cfg = parse_cli(sys.argv[1:] if argv is None else argv)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    start = time.monotonic()
+    try:
+        ensure_dataset(cfg.data)
+    except (ValueError, FileExistsError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    init_ray(cfg)
+    try:
+        result = build_trainer(cfg).fit()
+    except Exception as err:  # noqa: BLE001 - the CLI reports any failure in one line
+        print(f"error: training failed: {_last_line(err)}", file=sys.stderr)
+        return 1
+    summary = summarize(cfg, result.metrics or {}, time.monotonic() - start)
+    print("summary: " + json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

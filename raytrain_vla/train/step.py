@@ -1,0 +1,141 @@
+"""One optimizer step: gradient accumulation, non-finite guards, global clipping, update.
+
+Every rank runs exactly the same collectives in the same order whatever its data holds, so a NaN
+on one rank can never deadlock the others:
+1. samples whose inputs are non-finite are zeroed and weighted out of the loss;
+2. a non-finite micro-batch loss is replaced by zero (backward still runs, hooks still fire);
+3. if the reduced global gradient norm is still non-finite, every rank sees the same value and
+   all of them drop the update together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.fsdp import FSDPModule
+
+from raytrain_vla.train.optim import ParamGroup
+
+NoiseFn = Callable[[int, list[int]], tuple[torch.Tensor, torch.Tensor]]
+INPUT_KEYS = ("state", "actions")
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def sanitize_inputs(batch: dict) -> tuple[dict, torch.Tensor]:
+    """Zero non-finite inputs and return a per-sample weight that drops those samples."""
+    bad = torch.zeros(batch["actions"].shape[0], dtype=torch.bool, device=batch["actions"].device)
+    tensors = [batch[k] for k in INPUT_KEYS] + list(batch["images"].values())
+    for t in tensors:
+        if t.is_floating_point():
+            bad |= ~torch.isfinite(t).flatten(1).all(dim=1)
+    clean = dict(batch)
+    for k in INPUT_KEYS:
+        clean[k] = torch.nan_to_num(batch[k], nan=0.0, posinf=0.0, neginf=0.0)
+    clean["images"] = {
+        k: torch.nan_to_num(v, nan=0.0, posinf=0.0, neginf=0.0) for k, v in batch["images"].items()
+    }
+    return clean, (~bad).to(batch["actions"].dtype)
+
+
+class StepRunner:
+    """Owns the per-step math so the Ray loop, the benchmarks and the tests share it."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        groups: list[ParamGroup],
+        noise_fn: NoiseFn,
+        grad_clip: float,
+        nan_loss_step: int = -1,
+    ):
+        self.model = model
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.noise_fn = noise_fn
+        self.grad_clip = grad_clip
+        self.nan_loss_step = nan_loss_step
+        params = dict(model.named_parameters())
+        self.group_names = [g.name for g in groups]
+        self.group_params = [[params[n] for n in g.param_names] for g in groups]
+        self.distributed = dist.is_available() and dist.is_initialized()
+        self.world_size = dist.get_world_size() if self.distributed else 1
+        self.device = next(model.parameters()).device
+
+    def run(self, step: int, micro_batches: list[dict]) -> dict[str, float]:
+        """Accumulate over `micro_batches` (this rank's share of one global batch) and update."""
+        accum = len(micro_batches)
+        rank_samples = sum(len(mb["sample_ids"]) for mb in micro_batches)
+        loss_sum = torch.zeros((), device=self.device)
+        zeroed = torch.zeros((), device=self.device)
+        bad_samples = torch.zeros((), device=self.device)
+        for i, batch in enumerate(micro_batches):
+            if isinstance(self.model, FSDPModule):
+                # Only the last micro-step reduce-scatters; earlier ones accumulate locally.
+                self.model.set_requires_gradient_sync(i == accum - 1)
+            batch, weight = sanitize_inputs(batch)
+            noise, time = self.noise_fn(step, batch["sample_ids"].tolist())
+            per_sample = self.model.compute_loss(batch, noise.to(self.device), time.to(self.device))
+            loss = (per_sample * weight).sum() / rank_samples
+            if step == self.nan_loss_step:
+                loss = loss + float("nan")
+            finite = torch.isfinite(loss)
+            loss = torch.where(finite, loss, torch.zeros_like(loss))
+            loss.backward()
+            loss_sum += loss.detach()
+            zeroed += (~finite).float()
+            bad_samples += (weight == 0).sum()
+        return self._update(loss_sum, zeroed, bad_samples)
+
+    def _update(self, loss_sum: torch.Tensor, zeroed: torch.Tensor, bad: torch.Tensor) -> dict:
+        # One all-reduce carries per-group squared grad norms plus the loss and guard counters.
+        squares = []
+        for params in self.group_params:
+            sq = torch.zeros((), device=self.device)
+            for p in params:
+                if p.grad is not None:
+                    sq = sq + _local(p.grad).float().pow(2).sum()
+            squares.append(sq)
+        packed = torch.stack([*squares, loss_sum, zeroed, bad])
+        if self.distributed:
+            dist.all_reduce(packed)
+        group_sq = packed[: len(squares)]
+        total_norm = group_sq.sum().sqrt()
+        finite = bool(torch.isfinite(total_norm))
+        if finite:
+            coef = (
+                torch.clamp(self.grad_clip / (total_norm + 1e-6), max=1.0)
+                if self.grad_clip > 0
+                else None
+            )
+            if coef is not None:
+                for params in self.group_params:
+                    for p in params:
+                        if p.grad is not None:
+                            _local(p.grad).mul_(coef)
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        lrs = {f"lr/{g['name']}": g["lr"] for g in self.optimizer.param_groups}
+        self.scheduler.step()
+        metrics = {
+            "loss": float(packed[len(squares)]) / self.world_size,
+            "grad_norm": float(total_norm),
+            "nonfinite_losses_zeroed": float(packed[len(squares) + 1]),
+            "nonfinite_samples_dropped": float(packed[len(squares) + 2]),
+            "update_skipped": 0.0 if finite else 1.0,
+        }
+        metrics.update(
+            {
+                f"grad_norm/{n}": float(v.sqrt())
+                for n, v in zip(self.group_names, group_sq, strict=True)
+            }
+        )
+        metrics.update(lrs)
+        return metrics

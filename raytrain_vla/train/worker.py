@@ -1,0 +1,211 @@
+"""The per-worker training loop that Ray Train's TorchTrainer runs on every rank.
+
+Build order follows torchtitan: model (seeded, identical on every rank) -> shard -> optimizer ->
+checkpoint load -> data from the cursor on. Everything Ray-specific stays in this file.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import ray.train
+import ray.train.torch
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import register_fsdp_forward_method
+
+from raytrain_vla.config import Config, check_batch_layout, from_tree, recipe_hash, to_dict, to_yaml
+from raytrain_vla.data.pipeline import iter_rank_batches
+from raytrain_vla.data.source import DatasetView
+from raytrain_vla.export import write_policy
+from raytrain_vla.models.flow_vla import flow_noise_and_time
+from raytrain_vla.models.registry import build_model
+from raytrain_vla.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
+from raytrain_vla.train.fsdp import apply_fsdp
+from raytrain_vla.train.metrics import MetricsLogger
+from raytrain_vla.train.optim import (
+    build_optimizer,
+    build_scheduler,
+    freeze_for_config,
+    resolve_groups,
+)
+from raytrain_vla.train.step import StepRunner
+from raytrain_vla.train.validate import pad_to_ranks, validate
+
+
+def run_dir_of(cfg: Config) -> Path:
+    return Path(cfg.ray.storage_path).expanduser().resolve() / cfg.ray.run_name
+
+
+def model_kwargs(cfg: Config, view: DatasetView) -> dict:
+    return {
+        "size": cfg.model.size,
+        "camera_keys": view.camera_keys,
+        "image_size": view.image_size,
+        "state_dim": view.state_dim,
+        "action_dim": view.action_dim,
+        "chunk_size": cfg.data.chunk_size,
+        "max_text_len": cfg.model.max_text_len,
+        "num_inference_steps": cfg.model.num_inference_steps,
+    }
+
+
+def _threads_per_worker(cfg: Config) -> int:
+    return max(1, int(cfg.ray.resources_per_worker.get("CPU", 1)))
+
+
+def train_loop_per_worker(config_dict: dict) -> None:
+    cfg = from_tree(config_dict, "train loop config")
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    torch.set_num_threads(_threads_per_worker(cfg))
+    device = ray.train.torch.get_device()
+    accum = check_batch_layout(cfg.train.global_batch_size, cfg.train.micro_batch_size, world)
+
+    view = DatasetView.open(
+        cfg.data, cfg.train.seed, cfg.train.global_batch_size, cfg.model.max_text_len
+    )
+    torch.manual_seed(cfg.train.seed)  # identical init on every rank, whatever the world size
+    kwargs = model_kwargs(cfg, view)
+    model = build_model(cfg.model.type, kwargs).to(device)
+    freeze_for_config(model, cfg.optimizer)
+    groups = resolve_groups(model.named_parameters(), cfg.optimizer)
+    mesh = init_device_mesh(device.type, (world,))
+    apply_fsdp(model, mesh, cfg.train)
+    register_fsdp_forward_method(model, "sample_actions")
+    optimizer = build_optimizer(model, groups, cfg.optimizer)
+    scheduler = build_scheduler(optimizer, cfg.train.steps, cfg.scheduler)
+    chunk, action_dim = cfg.data.chunk_size, view.action_dim
+
+    def noise_fn(step: int, ids: list[int]):
+        return flow_noise_and_time(cfg.train.seed, step, ids, chunk, action_dim)
+
+    runner = StepRunner(
+        model, optimizer, scheduler, groups, noise_fn, cfg.train.grad_clip,
+        nan_loss_step=cfg.debug.nan_loss_step if rank == cfg.debug.nan_loss_rank else -1,
+    )  # fmt: skip
+
+    config_hash = recipe_hash(cfg)
+    start_step = 0
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as ckpt_dir:
+            state = load_checkpoint(Path(ckpt_dir), model, optimizer, scheduler, rank, world)
+        if state.config_hash != config_hash or state.dataset_fingerprint != view.fingerprint:
+            raise ValueError(
+                f"checkpoint of run '{state.run_name}' was made with a different recipe or dataset "
+                f"(config hash {state.config_hash} vs {config_hash}, dataset {state.dataset_fingerprint} "
+                f"vs {view.fingerprint}); use a new ray.run_name"
+            )
+        start_step = state.step
+
+    run_dir = run_dir_of(cfg)
+    logger = None
+    if rank == 0:
+        logger = MetricsLogger(
+            run_dir, cfg.logging, to_dict(cfg), cfg.train.steps, f"{cfg.ray.run_name}-{config_hash}"
+        )
+    val_batches = _load_val_batches(cfg, view, rank, world, device)
+    work = view.plan.rank_work(start_step, cfg.train.steps, rank, world)
+    batches = iter_rank_batches(
+        view.source,
+        work,
+        cfg.train.micro_batch_size,
+        cfg.data.samples_per_read_task,
+        cfg.data.prefetch_batches,
+    )
+    sample_log = run_dir / "samples.jsonl" if cfg.debug.log_sample_ids else None
+
+    window_start, window_wait, window_steps = time.perf_counter(), 0.0, 0
+    val_metrics: dict = {}
+    for step in range(start_step, cfg.train.steps):
+        t0 = time.perf_counter()
+        micro = [view.transform(next(batches), device) for _ in range(accum)]
+        window_wait += time.perf_counter() - t0
+        metrics = runner.run(step, micro)
+        done = step + 1
+        window_steps += 1
+        if sample_log is not None:
+            ids = torch.cat([m["sample_ids"] for m in micro]).tolist()
+            with sample_log.open("a") as f:
+                f.write(
+                    json.dumps({"step": step, "rank": rank, "world_size": world, "ids": ids}) + "\n"
+                )
+        if done % cfg.train.log_interval == 0 or done == cfg.train.steps:
+            elapsed = time.perf_counter() - window_start
+            metrics["samples_per_s"] = window_steps * cfg.train.global_batch_size / elapsed
+            metrics["step_time_s"] = elapsed / window_steps
+            metrics["data_wait_share"] = window_wait / elapsed
+            if logger:
+                logger.log(done, metrics)
+            window_start, window_wait, window_steps = time.perf_counter(), 0.0, 0
+        if done % cfg.train.val_interval == 0 or done == cfg.train.steps:
+            val_metrics = validate(
+                model, val_batches, view.normalizer, view.mean_action, cfg.train.seed
+            )
+            if logger:
+                logger.log(done, val_metrics, kind="val")
+        if done % cfg.train.save_interval == 0 or done == cfg.train.steps:
+            cursor = view.plan.cursor_at(done)
+            state = TrainState(
+                done, cursor.epoch, cursor.sample_in_epoch, done * cfg.train.global_batch_size, world,
+                cfg.ray.run_name, config_hash, view.fingerprint,
+            )  # fmt: skip
+            with tempfile.TemporaryDirectory() as tmp:
+                save_checkpoint(
+                    Path(tmp),
+                    model,
+                    optimizer,
+                    scheduler,
+                    state,
+                    rank,
+                    to_yaml(cfg),
+                    view.normalizer.to_dict(),
+                )
+                report = {
+                    "step": done,
+                    **{k: v for k, v in metrics.items() if "/" not in k},
+                    **val_metrics,
+                }
+                ray.train.report(report, checkpoint=ray.train.Checkpoint.from_directory(tmp))
+    _export(cfg, model, view, kwargs, run_dir, rank)
+    if logger:
+        logger.close()
+
+
+def _load_val_batches(cfg: Config, view: DatasetView, rank: int, world: int, device) -> list:
+    """Decode this rank's share of the held-out samples once; validation reuses them."""
+    micro = cfg.train.micro_batch_size
+    ids, weight = pad_to_ranks(view.val_ids, world, micro)
+    per_rank = len(ids) // world
+    mine = ids[rank * per_rank : (rank + 1) * per_rank]
+    w = torch.from_numpy(weight[rank * per_rank : (rank + 1) * per_rank])
+    out = []
+    for i, cols in enumerate(
+        iter_rank_batches(view.source, mine, micro, cfg.data.samples_per_read_task)
+    ):
+        out.append((view.transform(cols, device), w[i * micro : (i + 1) * micro]))
+    return out
+
+
+def _export(cfg: Config, model, view: DatasetView, kwargs: dict, run_dir: Path, rank: int) -> None:
+    """Gather the full weights on rank 0 (CPU) and write the policy directory."""
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    state = get_model_state_dict(model, options=options)
+    if rank == 0:
+        write_policy(
+            run_dir / "export",
+            state,
+            cfg.model.type,
+            kwargs,
+            view.normalizer,
+            view.mean_action,
+            view.tasks,
+        )
+    if dist.is_initialized():
+        dist.barrier()

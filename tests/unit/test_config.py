@@ -1,0 +1,76 @@
+"""Config loading: defaults, YAML, overrides, and one-line errors that name the key."""
+
+import subprocess
+import sys
+
+import pytest
+
+from raytrain_vla.config import ConfigError, load_config, parse_cli, recipe_hash
+
+
+def test_packaged_default_loads():
+    cfg = load_config()
+    assert cfg.model.type == "flow_vla"
+    assert cfg.ray.num_workers == 2
+    assert [g.name for g in cfg.optimizer.groups] == ["vision", "backbone", "action_expert"]
+
+
+def test_yaml_and_overrides_merge(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "train:\n  steps: 7\n  global_batch_size: 96\n  micro_batch_size: 8\nray:\n  num_workers: [1, 4]\n"
+    )
+    cfg = parse_cli(["--config", str(path), "--train.seed=3", "--scheduler.type", "constant"])
+    assert (cfg.train.steps, cfg.train.seed, cfg.scheduler.type) == (7, 3, "constant")
+    assert cfg.ray.num_workers == (1, 4)
+
+
+def test_lr_groups_from_the_command_line():
+    cfg = parse_cli(["--optimizer.groups=[{name: v, patterns: ['^vision'], lr: 0.1}]"])
+    assert cfg.optimizer.groups[0].name == "v" and cfg.optimizer.groups[0].lr == 0.1
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--train.stepz=3"], "'train.stepz' (did you mean 'train.steps'?)"),
+        (["--trian.steps=3"], "'trian'"),
+        (["--train.steps=abc"], "'train.steps'"),
+        (["--model.size=huge"], "'model.size'"),
+        (["--train.global_batch_size=60"], "'train.global_batch_size'"),
+        (["--ray.num_workers=[3, 1]"], "'ray.num_workers'"),
+    ],
+)
+def test_bad_keys_and_values_name_the_key(args, fragment):
+    with pytest.raises(ConfigError) as err:
+        parse_cli(args)
+    assert fragment in str(err.value)
+
+
+def test_unknown_key_in_yaml_names_file_and_key(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("optimizer:\n  lr_groups: []\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: unknown key 'optimizer.lr_groups'"):
+        parse_cli(["--config", str(path)])
+
+
+def test_recipe_hash_ignores_resumable_keys_only():
+    base = recipe_hash(load_config())
+    assert (
+        recipe_hash(
+            parse_cli(["--ray.num_workers=4", "--train.micro_batch_size=16", "--train.steps=9"])
+        )
+        == base
+    )
+    assert recipe_hash(parse_cli(["--optimizer.lr=0.5"])) != base
+
+
+def test_cli_exits_2_with_one_line():
+    proc = subprocess.run(
+        [sys.executable, "-m", "raytrain_vla.run", "--train.stepz=3"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "train.steps" in lines[0]

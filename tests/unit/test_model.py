@@ -1,0 +1,205 @@
+"""flow_vla unit tests: shapes, gradients, masking, parameter groups, determinism, sizes."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from raytrain_vla.models import (
+    MODEL_REGISTRY,
+    FlowVLA,
+    FlowVLAConfig,
+    build_model,
+    count_parameters,
+    flow_noise_and_time,
+    tokenize,
+)
+
+CAMS = ["observation.images.top", "observation.images.wrist"]
+B, CHUNK, A, S = 4, 8, 3, 5
+
+
+def make_model(seed: int = 0) -> FlowVLA:
+    torch.manual_seed(seed)
+    return build_model(
+        "flow_vla",
+        dict(size="tiny", camera_keys=CAMS, image_size=(32, 24), state_dim=S, action_dim=A,
+             chunk_size=CHUNK, max_text_len=24, num_inference_steps=4),
+    )  # fmt: skip
+
+
+def make_batch(seed: int = 0) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    tokens, mask = tokenize(["reach the red disc", "go to the blue one", "", "move"], 24)
+    pad = torch.zeros(B, CHUNK, dtype=torch.bool)
+    pad[0, 5:] = True
+    pad[2, 1:] = True
+    return {
+        "images": {k: torch.rand(B, 3, 32, 24, generator=g) for k in CAMS},
+        "state": torch.randn(B, S, generator=g),
+        "text_tokens": tokens,
+        "text_mask": mask,
+        "actions": torch.randn(B, CHUNK, A, generator=g),
+        "action_is_pad": pad,
+    }
+
+
+def noise_time(step: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    return flow_noise_and_time(0, step, list(range(B)), CHUNK, A)
+
+
+def test_tokenizer_bytes_padding_truncation():
+    tokens, mask = tokenize(["ab", "é", "abcdef"], 4)
+    assert tokens.dtype == torch.long and mask.dtype == torch.bool
+    assert tokens[0].tolist() == [ord("a") + 1, ord("b") + 1, 0, 0]
+    assert tokens[1, :2].tolist() == [b + 1 for b in "é".encode()]
+    assert mask.sum(1).tolist() == [2, 2, 4]
+    assert int(tokens.max()) < 257
+
+
+def test_loss_shape_finite_positive():
+    loss = make_model().compute_loss(make_batch(), *noise_time())
+    assert loss.shape == (B,)
+    assert torch.isfinite(loss).all() and (loss > 0).all()
+
+
+def test_every_parameter_gets_a_finite_gradient():
+    model = make_model()
+    model.compute_loss(make_batch(), *noise_time()).mean().backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None, name
+        assert torch.isfinite(p.grad).all(), name
+    # The zero-initialised FiLM output layers must still learn (nonzero gradient).
+    film_last = [p for n, p in model.named_parameters() if re.search(r"films\.\d+\.mlp\.fc2", n)]
+    assert film_last and all(p.grad.abs().sum() > 0 for p in film_last)
+
+
+def test_padded_chunk_positions_do_not_change_loss():
+    model, batch = make_model(), make_batch()
+    noise, time = noise_time()
+    before = model.compute_loss(batch, noise, time)
+    batch["actions"] = torch.where(
+        batch["action_is_pad"][..., None], batch["actions"] + 100.0, batch["actions"]
+    )
+    after = model.compute_loss(batch, noise, time)
+    torch.testing.assert_close(before, after)
+
+
+def test_text_padding_is_masked_out():
+    # embed_prefix drops all-padding text columns; the full padded prefix must agree with it.
+    model, batch = make_model(), make_batch()
+    trimmed, trimmed_mask = model.embed_prefix(batch)
+    tokens, mask = batch["text_tokens"], batch["text_mask"]
+    text_emb = model.backbone.text_embed(tokens)
+    image_tokens = model.vision(batch["images"], text_emb, mask)
+    full, full_mask = model.backbone(image_tokens, text_emb, mask, batch["state"])
+    keep = trimmed.shape[1] - 1  # image + kept text columns; the state token comes last
+    assert full.shape[1] > trimmed.shape[1]
+    valid = trimmed_mask[:, :keep]
+    torch.testing.assert_close(full[:, :keep][valid], trimmed[:, :keep][valid])
+    torch.testing.assert_close(full[:, -1], trimmed[:, -1])
+    assert torch.equal(full_mask[:, :keep], trimmed_mask[:, :keep])
+
+
+def test_groups_partition_parameters():
+    model = make_model()
+    names = [n for n, _ in model.named_parameters()]
+    groups = [r"^vision\.", r"^backbone\.", r"^action_expert\."]
+    for name in names:
+        assert sum(bool(re.search(g, name)) for g in groups) == 1, name
+    assert [n for n, _ in model.named_children()] == ["vision", "backbone", "action_expert"]
+    counts = count_parameters(model)
+    assert counts["vision"] + counts["backbone"] + counts["action_expert"] == counts["total"]
+
+
+def test_transformer_blocks_cover_both_transformers():
+    model = make_model()
+    blocks = model.transformer_blocks()
+    assert len(blocks) == model.config.backbone_layers + model.config.expert_layers
+    assert all(any(b is m for m in model.modules()) for b in blocks)
+
+
+def test_tiny_is_under_one_million_params():
+    assert count_parameters(make_model())["total"] < 1_000_000
+
+
+def test_flow_noise_and_time_keyed_to_sample_not_batch():
+    noise, time = flow_noise_and_time(7, 3, [10, 11, 12, 13], CHUNK, A)
+    assert noise.shape == (4, CHUNK, A) and time.shape == (4,)
+    assert noise.dtype == torch.float32 and time.dtype == torch.float32
+    assert ((time >= 0.001) & (time <= 1.0)).all()
+    again, time_again = flow_noise_and_time(7, 3, [10, 11, 12, 13], CHUNK, A)
+    assert torch.equal(noise, again) and torch.equal(time, time_again)
+    # Another rank processing a different slice, in another order, draws the same per-sample values.
+    other, other_time = flow_noise_and_time(7, 3, [13, 99, 11], CHUNK, A)
+    assert torch.equal(other[0], noise[3]) and torch.equal(other[2], noise[1])
+    assert other_time[0] == time[3] and other_time[2] == time[1]
+    # A different step or seed gives different noise.
+    assert not torch.equal(flow_noise_and_time(7, 4, [10], CHUNK, A)[0][0], noise[0])
+    assert not torch.equal(flow_noise_and_time(8, 3, [10], CHUNK, A)[0][0], noise[0])
+
+
+def test_sample_actions_shape_and_determinism():
+    model, batch = make_model(), make_batch()
+    obs = {k: v for k, v in batch.items() if k not in ("actions", "action_is_pad")}
+    noise, _ = noise_time()
+    out = model.sample_actions(obs, noise)
+    assert out.shape == (B, CHUNK, A) and torch.isfinite(out).all()
+    torch.testing.assert_close(out, model.sample_actions(obs, noise), rtol=0, atol=0)
+    assert not torch.equal(out, model.sample_actions(obs, noise, num_steps=2))
+
+
+def test_language_changes_the_prediction():
+    model, batch = make_model(), make_batch()
+    # Make FiLM non-trivial so the instruction reaches the vision tower too.
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "films" in n:
+                p.normal_(0, 0.1)
+    obs = {k: v for k, v in batch.items() if k not in ("actions", "action_is_pad")}
+    noise, _ = noise_time()
+    first = model.sample_actions(obs, noise)
+    obs["text_tokens"], obs["text_mask"] = tokenize(["reach the blue disc"] * B, 24)
+    assert not torch.allclose(first, model.sample_actions(obs, noise))
+
+
+def test_config_round_trip_and_errors():
+    cfg = FlowVLAConfig.from_size("tiny", camera_keys=CAMS, image_size=(32, 24), action_dim=A)
+    d = cfg.to_dict()
+    assert d["image_size"] == [32, 24]
+    assert FlowVLAConfig.from_dict(d) == cfg
+    with pytest.raises(ValueError, match="unknown FlowVLAConfig keys"):
+        FlowVLAConfig.from_dict({**d, "dmodel": 3})
+    with pytest.raises(ValueError, match="huge"):
+        FlowVLAConfig.from_size("huge")
+
+
+def test_registry_unknown_type_lists_known():
+    assert "flow_vla" in MODEL_REGISTRY
+    with pytest.raises(ValueError, match="flow_vla"):
+        build_model("no_such_model", {})
+
+
+def test_meta_init_then_materialise():
+    with torch.device("meta"):
+        model = make_model()
+    assert all(p.is_meta for p in model.parameters())
+    model.to_empty(device="cpu")
+    torch.manual_seed(0)
+    model.init_weights()
+    loss = model.compute_loss(make_batch(), *noise_time())
+    assert torch.isfinite(loss).all()
+
+
+def test_base_on_meta_is_about_one_billion():
+    with torch.device("meta"):
+        model = build_model(
+            "flow_vla",
+            dict(size="base", camera_keys=CAMS, image_size=(224, 224), state_dim=14,
+                 action_dim=14, chunk_size=50),
+        )  # fmt: skip
+    total = count_parameters(model)["total"]
+    assert 0.8e9 < total < 1.3e9
+    assert all(p.is_meta for p in model.parameters())

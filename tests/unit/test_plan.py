@@ -1,0 +1,89 @@
+"""The sample plan is a pure function of (samples, seed, epoch, G): never of the world size."""
+
+import numpy as np
+import pytest
+
+from raytrain_vla.data.plan import Cursor, SamplePlan, build_spans, epoch_permutation
+
+
+def _dataset(lengths=(13, 7, 20, 1, 16, 33)):
+    episode_of = np.concatenate([np.full(n, e) for e, n in enumerate(lengths)])
+    return np.arange(len(episode_of)), episode_of
+
+
+def test_spans_stay_in_one_episode_and_cover_every_sample():
+    ids, ep = _dataset()
+    spans = build_spans(ids, ep, span_len=8)
+    assert np.array_equal(np.sort(np.concatenate(spans)), ids)
+    for span in spans:
+        assert len(span) <= 8
+        assert len(set(ep[span])) == 1
+        assert np.all(np.diff(span) == 1)
+
+
+def test_spans_break_at_gaps_from_held_out_episodes():
+    ids, ep = _dataset()
+    keep = ep != 2
+    spans = build_spans(ids[keep], ep[keep], span_len=100)
+    assert all(len(set(ep[s])) == 1 for s in spans)
+
+
+@pytest.mark.parametrize("window", [1, 5, 64])
+def test_permutation_is_a_deterministic_permutation(window):
+    ids, ep = _dataset()
+    spans = build_spans(ids, ep, 4)
+    p1 = epoch_permutation(spans, seed=3, epoch=1, shuffle_window=window)
+    p2 = epoch_permutation(spans, seed=3, epoch=1, shuffle_window=window)
+    assert np.array_equal(p1, p2)
+    assert np.array_equal(np.sort(p1), ids)
+    assert not np.array_equal(p1, epoch_permutation(spans, seed=3, epoch=2, shuffle_window=window))
+    assert not np.array_equal(p1, epoch_permutation(spans, seed=4, epoch=1, shuffle_window=window))
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 6, 8])
+def test_global_batches_do_not_depend_on_world_size(world_size):
+    ids, ep = _dataset()
+    plan = SamplePlan(ids, ep, seed=0, global_batch_size=24, span_len=4, shuffle_window=16)
+    for step in range(3 * plan.steps_per_epoch + 1):
+        parts = [plan.rank_slice(step, r, world_size) for r in range(world_size)]
+        assert np.array_equal(np.concatenate(parts), plan.global_batch(step))
+        assert len({len(p) for p in parts}) == 1
+
+
+def test_each_epoch_reads_each_sample_at_most_once():
+    ids, ep = _dataset()
+    plan = SamplePlan(ids, ep, seed=0, global_batch_size=10)
+    for epoch in range(3):
+        steps = range(epoch * plan.steps_per_epoch, (epoch + 1) * plan.steps_per_epoch)
+        seen = np.concatenate([plan.global_batch(s) for s in steps])
+        assert len(seen) == len(set(seen.tolist())) == plan.steps_per_epoch * 10
+
+
+def test_rank_work_from_a_cursor_equals_the_tail_of_the_full_work():
+    ids, ep = _dataset()
+    plan = SamplePlan(ids, ep, seed=1, global_batch_size=12)
+    full = plan.rank_work(0, 40, rank=1, world_size=3)
+    tail = plan.rank_work(17, 40, rank=1, world_size=3)
+    assert np.array_equal(full[17 * 4 :], tail)
+
+
+def test_cursor_round_trip():
+    ids, ep = _dataset()
+    plan = SamplePlan(ids, ep, seed=1, global_batch_size=12)
+    for step in range(0, 50, 7):
+        cursor = plan.cursor_at(step)
+        assert plan.step_of(Cursor.from_dict(cursor.to_dict())) == step
+        assert cursor.sample_in_epoch < plan.steps_per_epoch * 12
+
+
+def test_uneven_world_size_is_an_error():
+    ids, ep = _dataset()
+    plan = SamplePlan(ids, ep, seed=0, global_batch_size=10)
+    with pytest.raises(ValueError, match="not divisible"):
+        plan.rank_slice(0, 0, 3)
+
+
+def test_too_few_samples_is_an_error():
+    ids, ep = _dataset((3,))
+    with pytest.raises(ValueError, match="fewer than one global batch"):
+        SamplePlan(ids, ep, seed=0, global_batch_size=10)
