@@ -264,6 +264,7 @@ RESUMABLE_KEYS = (
     "data.write_demo_if_missing",
     "data.prefetch_batches",
     "data.samples_per_read_task",
+    "data.preload",
     "data.val_max_samples",
 )
 

@@ -24,6 +24,8 @@ class DataConfig:
     normalization: str = "mean_std"  # mean_std | min_max
     # Ray Data: samples decoded per read task, and batches prefetched per rank.
     samples_per_read_task: int = 512
+    # Decode every train/val sample once into worker memory; Ray Data then streams from memory.
+    preload: bool = False
     prefetch_batches: int = 4
 
 

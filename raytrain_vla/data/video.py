@@ -95,8 +95,7 @@ def decode_frames(
     if not path.is_file():
         raise VideoDecodeError(f"{path}: video file not found")
     if backend == "torchcodec":
-        frames, found = _decode_torchcodec(path, query)
-        fps = None
+        frames, found, fps = _decode_torchcodec(path, query)
     elif backend == "pyav":
         frames, found, fps = _decode_pyav(path, query)
     else:
@@ -125,6 +124,7 @@ def _decode_pyav(path: Path, query: np.ndarray) -> tuple[np.ndarray, np.ndarray,
             stream = container.streams.video[0]
             rate = stream.average_rate or stream.guessed_rate
             fps = float(rate) if rate else 0.0
+            shape = (0, stream.codec_context.height, stream.codec_context.width, 3)
             if wanted.size:
                 _scan(container, stream, wanted, picked)
     except VideoDecodeError:
@@ -132,9 +132,12 @@ def _decode_pyav(path: Path, query: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     except (av.error.FFmpegError, OSError, EOFError) as e:
         raise VideoDecodeError(f"{path}: cannot decode video ({type(e).__name__}: {e})") from e
     if not query.size:
-        return np.zeros((0, 0, 0, 3), np.uint8), np.zeros(0), fps
-    if not picked:
-        raise VideoDecodeError(f"{path}: no frames could be decoded")
+        return np.zeros(shape, np.uint8), np.zeros(0), fps
+    missing = [t for t in query if t not in picked]
+    if missing:
+        raise VideoDecodeError(
+            f"{path}: no frame could be decoded near timestamp {missing[0]:.6g}s"
+        )
     found = np.array([picked[t][0] for t in query])
     return np.stack([picked[t][1] for t in query]), found, fps
 
@@ -189,15 +192,17 @@ def _scan(container, stream, wanted: np.ndarray, picked: dict) -> None:
             return
 
 
-def _decode_torchcodec(path: Path, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _decode_torchcodec(path: Path, query: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
     """Optional backend: torchcodec's batched frame lookup, when it is installed."""
     try:
         from torchcodec.decoders import VideoDecoder
     except ImportError as e:
         raise VideoDecodeError(f"{path}: torchcodec backend requested but not importable") from e
     try:
-        batch = VideoDecoder(str(path)).get_frames_played_at(seconds=query.tolist())
+        decoder = VideoDecoder(str(path))
+        batch = decoder.get_frames_played_at(seconds=query.tolist())
+        fps = float(decoder.metadata.average_fps or 0.0)
     except Exception as e:  # torchcodec raises plain RuntimeError/IndexError
         raise VideoDecodeError(f"{path}: cannot decode video ({type(e).__name__}: {e})") from e
     frames = batch.data.permute(0, 2, 3, 1).contiguous().numpy()
-    return frames, batch.pts_seconds.numpy().astype(np.float64)
+    return frames, batch.pts_seconds.numpy().astype(np.float64), fps

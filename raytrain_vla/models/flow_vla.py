@@ -103,6 +103,7 @@ class FiLMVision(nn.Module):
         self.camera_keys = list(cfg.camera_keys)
         # Byte n-gram detector, max-pooled: a colour word anywhere in the text lights a feature.
         self.text_pool = nn.Conv1d(cfg.d_model, cfg.film_dim, kernel_size=3, padding=1)
+        self.text_norm = nn.LayerNorm(cfg.film_dim)  # unit-scale FiLM input from the start
         self.stems = nn.ModuleList()
         h, w = cfg.image_size
         for _ in self.camera_keys:
@@ -120,6 +121,7 @@ class FiLMVision(nn.Module):
 
     def init_weights(self) -> None:
         self.text_pool.reset_parameters()
+        self.text_norm.reset_parameters()
         for stem in self.stems:
             for conv in stem["convs"]:
                 nn.init.kaiming_normal_(conv.weight, nonlinearity="relu")
@@ -127,14 +129,14 @@ class FiLMVision(nn.Module):
             for film in stem["films"]:
                 film.init_weights()
         init_linear(self.proj)
-        nn.init.normal_(self.pos, std=0.02)
+        nn.init.normal_(self.pos, std=0.1)
 
     def forward(
         self, images: dict[str, torch.Tensor], text_emb: torch.Tensor, text_mask: torch.Tensor
     ) -> torch.Tensor:
         """images: key -> (B, 3, H, W) in [0, 1]; text_emb (B, L, D) -> tokens (B, N, D)."""
         pooled = F.gelu(self.text_pool(text_emb.transpose(1, 2))).transpose(1, 2)
-        cond = masked_max(pooled, text_mask, dim=1)
+        cond = self.text_norm(masked_max(pooled, text_mask, dim=1))
         out = []
         for i, (key, stem) in enumerate(zip(self.camera_keys, self.stems, strict=True)):
             x = add_coords(images[key] * 2 - 1)
@@ -159,8 +161,8 @@ class Backbone(nn.Module):
         self.norm = nn.LayerNorm(d)
 
     def init_weights(self) -> None:
-        nn.init.normal_(self.text_embed.weight, std=0.02)
-        nn.init.normal_(self.text_pos, std=0.02)
+        nn.init.normal_(self.text_embed.weight, std=1.0)
+        nn.init.normal_(self.text_pos, std=0.1)
         init_linear(self.state_proj)
         for block in self.blocks:
             block.init_weights()
@@ -198,7 +200,7 @@ class ActionExpert(nn.Module):
     def init_weights(self) -> None:
         init_linear(self.action_in)
         self.time_mlp.init_weights()
-        nn.init.normal_(self.pos, std=0.02)
+        nn.init.normal_(self.pos, std=0.1)
         for block in self.blocks:
             block.init_weights()
         self.norm.reset_parameters()

@@ -13,8 +13,12 @@ import torch.nn.functional as F
 from torch import nn
 
 
-def init_linear(layer: nn.Linear, std: float = 0.02, zero: bool = False) -> None:
-    """Truncated-normal weights and zero bias (or all zeros for residual-free starts)."""
+def init_linear(layer: nn.Linear, std: float | None = None, zero: bool = False) -> None:
+    """Truncated-normal weights (LeCun std 1/sqrt(fan_in) by default) and zero bias.
+
+    Scale-aware: 0.02 (GPT-style) is right for d~2048 but starves a d=64 model of signal.
+    """
+    std = layer.in_features**-0.5 if std is None else std
     if zero:
         nn.init.zeros_(layer.weight)
     else:
