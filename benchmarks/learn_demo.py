@@ -172,7 +172,11 @@ def main() -> None:
     val = build_dataset(args.seed + 1_000_003, args.val_episodes, cfg.chunk_size, cfg.max_text_len)
     norm = Normalizer(train)
     model = FlowVLA(cfg)
-    info = {"event": "setup", "train_samples": len(train["state"]), "val_samples": len(val["state"])}
+    info = {
+        "event": "setup",
+        "train_samples": len(train["state"]),
+        "val_samples": len(val["state"]),
+    }
     info.update(params=count_parameters(model), data_s=round(time.perf_counter() - t0, 2))
     print(json.dumps({**info, "args": vars(args)}), flush=True)
 

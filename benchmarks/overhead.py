@@ -52,12 +52,16 @@ def _overrides(args: argparse.Namespace, run_dir: str) -> list[str]:
     ]
 
 
-def _plain_worker(rank: int, world: int, port: int, overrides: list[str], warmup: int, out: str) -> None:
+def _plain_worker(
+    rank: int, world: int, port: int, overrides: list[str], warmup: int, out: str
+) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.set_num_threads(1)
     cfg = load_config(None, overrides)
-    view = DatasetView.open(cfg.data, cfg.train.seed, cfg.train.global_batch_size, cfg.model.max_text_len)
+    view = DatasetView.open(
+        cfg.data, cfg.train.seed, cfg.train.global_batch_size, cfg.model.max_text_len
+    )
     torch.manual_seed(cfg.train.seed)
     model = build_model(cfg.model.type, model_kwargs(cfg, view))
     groups = resolve_groups(model.named_parameters(), cfg.optimizer)
@@ -69,13 +73,21 @@ def _plain_worker(rank: int, world: int, port: int, overrides: list[str], warmup
         return flow_noise_and_time(cfg.train.seed, step, ids, cfg.data.chunk_size, view.action_dim)
 
     runner = StepRunner(model, optimizer, scheduler, groups, noise_fn, cfg.train.grad_clip)
-    micro, accum = cfg.train.micro_batch_size, cfg.train.global_batch_size // (world * cfg.train.micro_batch_size)
+    micro, accum = (
+        cfg.train.micro_batch_size,
+        cfg.train.global_batch_size // (world * cfg.train.micro_batch_size),
+    )
     # In-memory tensors, decoded and transformed before the clock starts.
     steps = []
     for step in range(cfg.train.steps):
         ids = view.plan.rank_slice(step, rank, world)
         cols = view.source.read(ids)
-        steps.append([view.transform({k: v[i * micro : (i + 1) * micro] for k, v in cols.items()}) for i in range(accum)])
+        steps.append(
+            [
+                view.transform({k: v[i * micro : (i + 1) * micro] for k, v in cols.items()})
+                for i in range(accum)
+            ]
+        )
     dist.barrier()
     for step in range(cfg.train.steps):
         if step == warmup:
@@ -84,14 +96,21 @@ def _plain_worker(rank: int, world: int, port: int, overrides: list[str], warmup
         runner.run(step, steps[step])
     dist.barrier()
     if rank == 0:
-        Path(out).write_text(json.dumps({"steps_per_s": (cfg.train.steps - warmup) / (time.perf_counter() - start)}))
+        Path(out).write_text(
+            json.dumps({"steps_per_s": (cfg.train.steps - warmup) / (time.perf_counter() - start)})
+        )
     dist.destroy_process_group()
 
 
 def plain(args: argparse.Namespace, run_dir: str) -> float:
     out = os.path.join(run_dir, "plain.json")
     port = 29500 + os.getpid() % 1000
-    mp.spawn(_plain_worker, args=(2, port, _overrides(args, run_dir), args.warmup, out), nprocs=2, join=True)
+    mp.spawn(
+        _plain_worker,
+        args=(2, port, _overrides(args, run_dir), args.warmup, out),
+        nprocs=2,
+        join=True,
+    )
     return json.loads(Path(out).read_text())["steps_per_s"]
 
 

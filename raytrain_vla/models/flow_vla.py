@@ -135,6 +135,9 @@ class FiLMVision(nn.Module):
         self, images: dict[str, torch.Tensor], text_emb: torch.Tensor, text_mask: torch.Tensor
     ) -> torch.Tensor:
         """images: key -> (B, 3, H, W) in [0, 1]; text_emb (B, L, D) -> tokens (B, N, D)."""
+        # Zero the padding first: the n-gram conv then sees the same zeros past the text whether
+        # or not padding columns were trimmed, so a sample's output never depends on its batch.
+        text_emb = text_emb * text_mask.unsqueeze(-1).to(text_emb.dtype)
         pooled = F.gelu(self.text_pool(text_emb.transpose(1, 2))).transpose(1, 2)
         cond = self.text_norm(masked_max(pooled, text_mask, dim=1))
         out = []

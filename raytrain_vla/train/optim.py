@@ -82,9 +82,9 @@ def build_optimizer(
         }
         for g in groups
     ]
-    # foreach=False keeps the math identical between sharded and unsharded parameters.
+    # foreach: one multi-tensor kernel per group; per-parameter DTensor dispatch is slow.
     return torch.optim.AdamW(
-        torch_groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, foreach=False
+        torch_groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, foreach=True
     )
 
 

@@ -71,6 +71,14 @@ class StepRunner:
 
     def run(self, step: int, micro_batches: list[dict]) -> dict[str, float]:
         """Accumulate over `micro_batches` (this rank's share of one global batch) and update."""
+        return self.update(*self.accumulate(step, micro_batches))
+
+    def accumulate(self, step: int, micro_batches: list[dict]) -> tuple[torch.Tensor, ...]:
+        """Forward/backward every micro-batch; gradients end up reduced (and sharded under FSDP).
+
+        The loss is summed over samples and divided by this rank's sample count; FSDP's average
+        over ranks then makes it the mean over the global batch, for any world size.
+        """
         accum = len(micro_batches)
         rank_samples = sum(len(mb["sample_ids"]) for mb in micro_batches)
         loss_sum = torch.zeros((), device=self.device)
@@ -92,9 +100,9 @@ class StepRunner:
             loss_sum += loss.detach()
             zeroed += (~finite).float()
             bad_samples += (weight == 0).sum()
-        return self._update(loss_sum, zeroed, bad_samples)
+        return loss_sum, zeroed, bad_samples
 
-    def _update(self, loss_sum: torch.Tensor, zeroed: torch.Tensor, bad: torch.Tensor) -> dict:
+    def update(self, loss_sum: torch.Tensor, zeroed: torch.Tensor, bad: torch.Tensor) -> dict:
         # One all-reduce carries per-group squared grad norms plus the loss and guard counters.
         squares = []
         for params in self.group_params:

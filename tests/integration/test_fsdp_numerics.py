@@ -1,0 +1,241 @@
+"""FSDP2 numerics on 2 gloo ranks (no Ray): gradients, accumulation, NaN guard, freezing.
+
+Each check spawns two processes that shard the tiny model exactly as the Ray loop does, then
+compares against one unsharded process on the same global batch.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.distributed.device_mesh import init_device_mesh
+
+from raytrain_vla.config.schema import OptimizerConfig, SchedulerConfig, TrainConfig
+from raytrain_vla.models.flow_vla import flow_noise_and_time
+from raytrain_vla.models.registry import build_model
+from raytrain_vla.models.tokenizer import tokenize
+from raytrain_vla.train.fsdp import apply_fsdp
+from raytrain_vla.train.optim import (
+    build_optimizer,
+    build_scheduler,
+    freeze_for_config,
+    resolve_groups,
+)
+from raytrain_vla.train.step import StepRunner
+
+GLOBAL_BATCH = 8
+CHUNK, ACTION_DIM = 8, 2
+
+
+def global_batch(seed: int = 0) -> dict:
+    """A fixed synthetic global batch with mixed instructions and some padded chunk positions."""
+    g = torch.Generator().manual_seed(seed)
+    texts = ["reach the red disc", "go to the blue one", "move to the green target", "x"] * 2
+    tokens, mask = tokenize(texts, 48)
+    pad = torch.zeros(GLOBAL_BATCH, CHUNK, dtype=torch.bool)
+    pad[1, 5:] = pad[6, 2:] = True
+    return {
+        "sample_ids": torch.arange(100, 100 + GLOBAL_BATCH),
+        "images": {"observation.image": torch.rand(GLOBAL_BATCH, 3, 32, 32, generator=g)},
+        "state": torch.randn(GLOBAL_BATCH, 2, generator=g),
+        "text_tokens": tokens,
+        "text_mask": mask,
+        "actions": torch.randn(GLOBAL_BATCH, CHUNK, ACTION_DIM, generator=g),
+        "action_is_pad": pad,
+    }
+
+
+def split(batch: dict, start: int, size: int) -> dict:
+    out = {k: v[start : start + size] for k, v in batch.items() if k != "images"}
+    out["images"] = {k: v[start : start + size] for k, v in batch["images"].items()}
+    return out
+
+
+def make_runner(
+    world: int, optimizer_cfg: OptimizerConfig, nan_loss_step: int = -1
+) -> tuple[torch.nn.Module, StepRunner]:
+    torch.manual_seed(0)
+    model = build_model("flow_vla", {"size": "tiny"})
+    freeze_for_config(model, optimizer_cfg)
+    groups = resolve_groups(model.named_parameters(), optimizer_cfg)
+    if world > 1:
+        apply_fsdp(model, init_device_mesh("cpu", (world,)), TrainConfig())
+    optimizer = build_optimizer(model, groups, optimizer_cfg)
+    scheduler = build_scheduler(optimizer, 10, SchedulerConfig(type="constant", warmup_steps=0))
+
+    def noise_fn(step, ids):
+        return flow_noise_and_time(0, step, ids, CHUNK, ACTION_DIM)
+
+    return model, StepRunner(
+        model, optimizer, scheduler, groups, noise_fn, grad_clip=1.0, nan_loss_step=nan_loss_step
+    )
+
+
+def full_grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    out = {}
+    for name, p in model.named_parameters():
+        if p.grad is not None:
+            g = p.grad
+            out[name] = (g.full_tensor() if hasattr(g, "full_tensor") else g).detach().clone()
+    return out
+
+
+def full_params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {
+        n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone()
+        for n, p in model.named_parameters()
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _entry(rank: int, world: int, port: int, fn_name: str, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    try:
+        result = globals()[fn_name](rank, world)
+        if rank == 0:
+            torch.save(result, out)
+    finally:
+        dist.destroy_process_group()
+
+
+def run_distributed(fn_name: str, tmp_path, world: int = 2) -> dict:
+    out = str(tmp_path / f"{fn_name}.pt")
+    ctx = mp.get_context("spawn")
+    procs = [
+        ctx.Process(target=_entry, args=(r, world, _free_port_cache(tmp_path), fn_name, out))
+        for r in range(world)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    hung = [p for p in procs if p.is_alive()]
+    for p in hung:
+        p.kill()
+    assert not hung, f"{fn_name}: ranks hung (a collective deadlocked)"
+    assert all(p.exitcode == 0 for p in procs), f"{fn_name}: a rank failed"
+    return torch.load(out, weights_only=True)
+
+
+def _free_port_cache(tmp_path) -> int:
+    path = tmp_path / "port"
+    if not path.exists():
+        path.write_text(str(_free_port()))
+    return int(path.read_text())
+
+
+# -- the per-rank programs ---------------------------------------------------------------------
+
+
+def dist_grads(rank: int, world: int) -> dict:
+    model, runner = make_runner(world, OptimizerConfig())
+    per_rank = GLOBAL_BATCH // world
+    runner.accumulate(0, [split(global_batch(), rank * per_rank, per_rank)])
+    return full_grads(model)
+
+
+def dist_accumulated_update(rank: int, world: int) -> dict:
+    """Gradients and updated weights for one micro-batch of 4 vs 2 micro-batches of 2 per rank.
+
+    AdamW's first step is lr * g / (|g| + eps): with the default eps it flips sign on gradients
+    that are ~0 up to float noise, so eps is raised to keep the update continuous in g.
+    """
+    per_rank = GLOBAL_BATCH // world
+    mine = split(global_batch(), rank * per_rank, per_rank)
+    out = {}
+    for micro in (per_rank, per_rank // 2):
+        model, runner = make_runner(world, OptimizerConfig(eps=1e-3))
+        sums = runner.accumulate(0, [split(mine, i, micro) for i in range(0, per_rank, micro)])
+        out.update({f"micro{micro}/grad/{n}": g for n, g in full_grads(model).items()})
+        runner.update(*sums)
+        out.update({f"micro{micro}/param/{n}": p for n, p in full_params(model).items()})
+    return out
+
+
+def dist_nan_guard(rank: int, world: int) -> dict:
+    model, runner = make_runner(world, OptimizerConfig(), nan_loss_step=1 if rank == 1 else -1)
+    per_rank = GLOBAL_BATCH // world
+    metrics = [
+        runner.run(step, [split(global_batch(step), rank * per_rank, per_rank)])
+        for step in range(3)
+    ]
+    params = full_params(model)
+    return {
+        "zeroed": torch.tensor([m["nonfinite_losses_zeroed"] for m in metrics]),
+        "skipped": torch.tensor([m["update_skipped"] for m in metrics]),
+        "finite": torch.tensor(all(bool(torch.isfinite(p).all()) for p in params.values())),
+    }
+
+
+def dist_frozen(rank: int, world: int) -> dict:
+    cfg = OptimizerConfig(train_action_expert_only=True)
+    model, runner = make_runner(world, cfg)
+    before = full_params(model)
+    per_rank = GLOBAL_BATCH // world
+    runner.accumulate(0, [split(global_batch(), rank * per_rank, per_rank)])
+    with_grad = sorted(full_grads(model))
+    runner.update(*runner.accumulate(1, [split(global_batch(1), rank * per_rank, per_rank)]))
+    after = full_params(model)
+    changed = sorted(n for n in before if not torch.equal(before[n], after[n]))
+    return {"with_grad": with_grad, "changed": changed, "all": sorted(before)}
+
+
+# -- the tests -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def reference_grads() -> dict[str, torch.Tensor]:
+    model, runner = make_runner(1, OptimizerConfig())
+    runner.accumulate(0, [global_batch()])
+    return full_grads(model)
+
+
+def test_fsdp2_gradients_match_one_process(tmp_path, reference_grads):
+    sharded = run_distributed("dist_grads", tmp_path)
+    assert sharded.keys() == reference_grads.keys()
+    for name, ref in reference_grads.items():
+        torch.testing.assert_close(sharded[name], ref, rtol=1e-5, atol=1e-5, msg=name)
+
+
+def test_gradient_accumulation_matches_one_micro_batch(tmp_path):
+    out = run_distributed("dist_accumulated_update", tmp_path)
+    per_rank = GLOBAL_BATCH // 2
+
+    def pick(micro: int, kind: str) -> dict:
+        prefix = f"micro{micro}/{kind}/"
+        return {k[len(prefix) :]: v for k, v in out.items() if k.startswith(prefix)}
+
+    torch.manual_seed(0)
+    initial = build_model("flow_vla", {"size": "tiny"}).state_dict()
+    whole, accumulated = pick(per_rank, "param"), pick(per_rank // 2, "param")
+    assert any(not torch.equal(whole[n], initial[n]) for n in whole), "the update changed nothing"
+    for name, grad in pick(per_rank, "grad").items():
+        torch.testing.assert_close(pick(per_rank // 2, "grad")[name], grad, rtol=1e-5, atol=1e-6)
+    for name in whole:
+        torch.testing.assert_close(accumulated[name], whole[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_nan_loss_on_one_rank_does_not_hang_and_keeps_training(tmp_path):
+    result = run_distributed("dist_nan_guard", tmp_path)
+    assert result["zeroed"].tolist() == [0.0, 1.0, 0.0]
+    assert result["skipped"].tolist() == [0.0, 0.0, 0.0]
+    assert bool(result["finite"])
+
+
+def test_frozen_parameters_get_no_gradient_and_do_not_change(tmp_path):
+    result = run_distributed("dist_frozen", tmp_path)
+    trainable = [n for n in result["all"] if n.startswith("action_expert.")]
+    assert result["with_grad"] == trainable
+    assert set(result["changed"]) <= set(trainable) and result["changed"]
