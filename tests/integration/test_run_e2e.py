@@ -70,9 +70,13 @@ def test_export_loads_without_ray_and_predicts(run_args, tmp_path):
         )
 
 
-def test_metrics_have_the_promised_fields(run_args, tmp_path):
-    assert run.main(run_args("metrics", 3, "--train.val_interval=3")) == 0
-    record = _records(tmp_path / "runs" / "metrics")[-1]
+def test_metrics_fields_and_nan_guard_on_ray(run_args, tmp_path):
+    nan = ["--debug.nan_loss_step=1", "--debug.nan_loss_rank=1"]
+    assert run.main(run_args("metrics", 3, "--train.val_interval=3", *nan)) == 0
+    records = _records(tmp_path / "runs" / "metrics")
+    assert [r["nonfinite_losses_zeroed"] for r in records] == [0.0, 1.0, 0.0]
+    assert [r["update_skipped"] for r in records] == [0.0, 0.0, 0.0]
+    record = records[-1]
     for key in ("loss", "grad_norm", "samples_per_s", "data_wait_share", "step_time_s"):
         assert np.isfinite(record[key]), key
     assert {"lr/vision", "lr/backbone", "lr/action_expert", "grad_norm/vision"} <= record.keys()
