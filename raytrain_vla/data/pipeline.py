@@ -51,6 +51,9 @@ def iter_rank_batches(
     tasks = read_tasks(work, samples_per_task, micro_batch)
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True
+    # One stream per rank per run: per-dataset banners and progress bars would drown the log.
+    ctx.enable_progress_bars = False
+    ctx.print_on_execution_start = False
     ds = ray.data.from_items([{"ids": t} for t in tasks], override_num_blocks=len(tasks))
     ds = ds.map_batches(
         _read_fn(source), batch_size=1, num_cpus=num_cpus_per_task, zero_copy_batch=True

@@ -20,9 +20,8 @@ from torch import nn
 
 from raytrain_vla.models.layers import (
     MLP,
-    FiLM,
+    FiLMConvStem,
     TransformerBlock,
-    add_coords,
     conv_out_size,
     init_linear,
     masked_max,
@@ -34,8 +33,8 @@ from raytrain_vla.models.tokenizer import VOCAB_SIZE
 
 # Dims each size fills. tiny: CPU tests/demo (<1M); small: CPU overhead benchmark; base: GPUs.
 SIZE_PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": dict(d_model=64, num_heads=4, backbone_layers=2, expert_d_model=64,
-                 expert_heads=4, expert_layers=2, vision_channels=(32, 32, 32),
+    "tiny": dict(d_model=64, num_heads=2, backbone_layers=2, expert_d_model=64,
+                 expert_heads=2, expert_layers=2, vision_channels=(32, 32, 32),
                  vision_strides=(2, 2, 2), film_dim=64),
     "small": dict(d_model=384, num_heads=6, backbone_layers=8, expert_d_model=384,
                   expert_heads=6, expert_layers=6, vision_channels=(64, 128, 256),
@@ -55,10 +54,10 @@ class FlowVLAConfig:
     chunk_size: int = 8
     size: str = "tiny"
     d_model: int = 64
-    num_heads: int = 4
+    num_heads: int = 2
     backbone_layers: int = 2
     expert_d_model: int = 64
-    expert_heads: int = 4
+    expert_heads: int = 2
     expert_layers: int = 2
     mlp_ratio: float = 4.0
     vision_channels: tuple[int, ...] = (32, 32, 32)
@@ -104,15 +103,11 @@ class FiLMVision(nn.Module):
         # Byte n-gram detector, max-pooled: a colour word anywhere in the text lights a feature.
         self.text_pool = nn.Conv1d(cfg.d_model, cfg.film_dim, kernel_size=3, padding=1)
         self.text_norm = nn.LayerNorm(cfg.film_dim)  # unit-scale FiLM input from the start
-        self.stems = nn.ModuleList()
+        self.stems = nn.ModuleList(
+            FiLMConvStem(cfg.vision_channels, cfg.vision_strides, cfg.film_dim)
+            for _ in self.camera_keys
+        )
         h, w = cfg.image_size
-        for _ in self.camera_keys:
-            convs, films, in_ch = nn.ModuleList(), nn.ModuleList(), 3 + 2
-            for ch, stride in zip(cfg.vision_channels, cfg.vision_strides, strict=True):
-                convs.append(nn.Conv2d(in_ch, ch, 3, stride=stride, padding=1))
-                films.append(FiLM(cfg.film_dim, ch, cfg.film_dim))
-                in_ch = ch
-            self.stems.append(nn.ModuleDict({"convs": convs, "films": films}))
         for stride in cfg.vision_strides:
             h, w = conv_out_size(h, stride), conv_out_size(w, stride)
         self.tokens_per_camera = h * w
@@ -123,11 +118,7 @@ class FiLMVision(nn.Module):
         self.text_pool.reset_parameters()
         self.text_norm.reset_parameters()
         for stem in self.stems:
-            for conv in stem["convs"]:
-                nn.init.kaiming_normal_(conv.weight, nonlinearity="relu")
-                nn.init.zeros_(conv.bias)
-            for film in stem["films"]:
-                film.init_weights()
+            stem.init_weights()
         init_linear(self.proj)
         nn.init.normal_(self.pos, std=0.1)
 
@@ -142,9 +133,7 @@ class FiLMVision(nn.Module):
         cond = self.text_norm(masked_max(pooled, text_mask, dim=1))
         out = []
         for i, (key, stem) in enumerate(zip(self.camera_keys, self.stems, strict=True)):
-            x = add_coords(images[key] * 2 - 1)
-            for conv, film in zip(stem["convs"], stem["films"], strict=True):
-                x = F.relu(film(conv(x), cond))
+            x = stem(images[key], cond)
             out.append(self.proj(x.flatten(2).transpose(1, 2)) + self.pos[i])
         return torch.cat(out, dim=1)
 

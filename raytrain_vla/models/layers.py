@@ -7,6 +7,7 @@ Blocks hold no buffers, so a model built on the meta device needs only ``init_we
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -151,6 +152,36 @@ def add_coords(x: torch.Tensor) -> torch.Tensor:
     xs = torch.linspace(-1 + 1 / w, 1 - 1 / w, w, device=x.device, dtype=x.dtype)
     grid = torch.stack(torch.meshgrid(xs, ys, indexing="xy"), dim=0)  # (2, H, W)
     return torch.cat([x, grid.expand(b, 2, h, w)], dim=1)
+
+
+class FiLMConvStem(nn.Module):
+    """One camera's CoordConv CNN whose every conv is FiLM'd by the instruction.
+
+    RT-1's FiLM-EfficientNet in miniature: language picks *which* disc the features light up
+    before any attention runs, which is what makes grounding learnable fast from scratch.
+    """
+
+    def __init__(self, channels: Sequence[int], strides: Sequence[int], cond_dim: int):
+        super().__init__()
+        self.convs, self.films, in_ch = nn.ModuleList(), nn.ModuleList(), 3 + 2
+        for ch, stride in zip(channels, strides, strict=True):
+            self.convs.append(nn.Conv2d(in_ch, ch, 3, stride=stride, padding=1))
+            self.films.append(FiLM(cond_dim, ch, cond_dim))
+            in_ch = ch
+
+    def init_weights(self) -> None:
+        for conv in self.convs:
+            nn.init.kaiming_normal_(conv.weight, nonlinearity="relu")
+            nn.init.zeros_(conv.bias)
+        for film in self.films:
+            film.init_weights()
+
+    def forward(self, images: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+        """images (B, 3, H, W) in [0, 1], cond (B, cond_dim) -> features (B, C, h, w)."""
+        x = add_coords(images * 2 - 1)
+        for conv, film in zip(self.convs, self.films, strict=True):
+            x = F.relu(film(conv(x), cond))
+        return x
 
 
 def conv_out_size(size: int, stride: int, kernel: int = 3, padding: int = 1) -> int:

@@ -21,14 +21,20 @@ def _fmt(value: float) -> str:
 
 class MetricsLogger:
     def __init__(
-        self, run_dir: Path, cfg: LoggingConfig, config_dict: dict, total_steps: int, run_id: str
+        self,
+        run_dir: Path,
+        cfg: LoggingConfig,
+        config_dict: dict,
+        total_steps: int,
+        run_id: str,
+        start_step: int = 0,
     ):
         self.path = run_dir / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.console = cfg.console
         self.total_steps = total_steps
         self.start = time.monotonic()
-        self.start_step: int | None = None
+        self.start_step = start_step
         self.wandb = None
         if cfg.wandb_mode != "disabled":
             try:
@@ -53,11 +59,11 @@ class MetricsLogger:
         if self.wandb is not None:
             self.wandb.log({f"{kind}/{k}": v for k, v in metrics.items()}, step=step)
         if self.console:
-            print(self._line(step, metrics, kind), flush=True)
+            # Ray Train routes worker prints through the root logger *and* tees them to stdout,
+            # which shows every line twice; one logger call shows it once.
+            log.info(self._line(step, metrics, kind))
 
     def _line(self, step: int, metrics: dict, kind: str) -> str:
-        if self.start_step is None:
-            self.start_step = step
         if kind != "train":
             body = " ".join(f"{k}={_fmt(v)}" for k, v in metrics.items())
             return f"[val] step {step}/{self.total_steps} {body}"

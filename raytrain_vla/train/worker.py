@@ -109,7 +109,12 @@ def train_loop_per_worker(config_dict: dict) -> None:
     logger = None
     if rank == 0:
         logger = MetricsLogger(
-            run_dir, cfg.logging, to_dict(cfg), cfg.train.steps, f"{cfg.ray.run_name}-{config_hash}"
+            run_dir,
+            cfg.logging,
+            to_dict(cfg),
+            cfg.train.steps,
+            f"{cfg.ray.run_name}-{config_hash}",
+            start_step,
         )
     val_batches = _load_val_batches(cfg, view, rank, world, device)
     work = view.plan.rank_work(start_step, cfg.train.steps, rank, world)
