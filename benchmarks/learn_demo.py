@@ -186,6 +186,7 @@ def main() -> None:
     )  # fmt: skip
     n, rng = len(train["state"]), np.random.default_rng(args.seed)
     order, pos, train_s, losses = rng.permutation(n), 0, 0.0, []
+    reached: dict[str, int] = {}  # first eval step meeting each target
     env_seed = 10_000 + args.seed
     for step in range(args.steps + 1):
         if step % args.eval_every == 0 or step == args.steps:
@@ -200,6 +201,10 @@ def main() -> None:
             rec.update(val_mse=mse, mean_action_mse=base, mse_ratio=round(mse / base, 3))
             rec.update(success=succ, swapped_success=swap_succ, swapped_reached_named=swap_named)
             print(json.dumps(rec), flush=True)
+            if rec["mse_ratio"] <= 0.3:
+                reached.setdefault("mse_ratio<=0.3", step)
+            if succ >= 0.8:
+                reached.setdefault("success>=0.8", step)
             losses = []
             model.train()
         if step == args.steps:
@@ -222,7 +227,8 @@ def main() -> None:
         opt.step()
         losses.append(loss.item())
         train_s += time.perf_counter() - t_step
-    print(json.dumps({"event": "done", "ms_per_step": round(1e3 * train_s / args.steps, 1)}))
+    done = {"event": "done", "ms_per_step": round(1e3 * train_s / max(1, args.steps), 1)}
+    print(json.dumps({**done, "first_step": reached}), flush=True)
 
 
 if __name__ == "__main__":

@@ -243,6 +243,11 @@ class FlowVLA(nn.Module):
         # Drop all-padding columns: text is right-padded and masked, so outputs are unchanged,
         # but short instructions in a long max_text_len no longer cost attention time.
         keep = int(mask.any(0).nonzero().max()) + 1 if bool(mask.any()) else 1
+        if keep > self.config.max_text_len:
+            raise ValueError(
+                f"text_tokens hold {keep} tokens but max_text_len is {self.config.max_text_len}; "
+                "tokenize with the model's max_text_len"
+            )
         tokens, mask = tokens[:, :keep], mask[:, :keep]
         text_emb = self.backbone.text_embed(tokens)
         image_tokens = self.vision(obs["images"], text_emb, mask)

@@ -203,3 +203,10 @@ def test_base_on_meta_is_about_one_billion():
     total = count_parameters(model)["total"]
     assert 0.8e9 < total < 1.3e9
     assert all(p.is_meta for p in model.parameters())
+
+
+def test_text_longer_than_max_text_len_is_a_clear_error():
+    model, batch = make_model(), make_batch()
+    batch["text_tokens"], batch["text_mask"] = tokenize(["x" * 30] * B, 30)
+    with pytest.raises(ValueError, match="max_text_len"):
+        model.compute_loss(batch, *noise_time())
