@@ -262,7 +262,7 @@ RESUMABLE_KEYS = (
     "train.save_interval",
     "data.root",
     "data.write_demo_if_missing",
-    "data.prefetch_batches",
+    "data.read_tasks_per_segment",
     "data.samples_per_read_task",
     "data.preload",
     "data.val_max_samples",

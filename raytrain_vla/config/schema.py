@@ -22,11 +22,12 @@ class DataConfig:
     span_len: int = 16
     shuffle_window: int = 2048
     normalization: str = "mean_std"  # mean_std | min_max
-    # Ray Data: samples decoded per read task, and batches prefetched per rank.
+    # Ray Data: samples decoded per read task; read tasks per segment (decode parallelism and
+    # look-ahead: one segment is decoded ahead while the loop consumes the current one).
     samples_per_read_task: int = 512
+    read_tasks_per_segment: int = 4
     # Decode every train/val sample once into worker memory; Ray Data then streams from memory.
     preload: bool = False
-    prefetch_batches: int = 4
 
 
 @dataclass

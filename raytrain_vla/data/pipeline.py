@@ -1,14 +1,22 @@
 """Per-rank Ray Data pipeline: plan slice -> read tasks -> decoded samples, in plan order.
 
 Each rank turns its own work list (its contiguous slice of every global batch, from the cursor
-on) into read tasks. Ray Data runs them on any node with CPUs, and `preserve_order` hands the
-blocks back in task order, so the loop sees exactly the plan's order whatever the timing.
+on) into read tasks. Ray Data runs them on any node with CPUs and returns blocks in task order
+(`preserve_order`), so the loop sees exactly the plan's order whatever the timing.
 `streaming_split` is not used: its block assignment is not deterministic.
+
+The work list is executed in bounded segments: segment i+1 is materialised by Ray Data in the
+background while the loop consumes segment i. One long streaming execution would do the same
+in theory, but Ray Data 2.60's scheduling loop busy-polls inside the consuming (training)
+process whenever backpressure holds every task back, which starves training on small CPU
+nodes. A segment never hits backpressure, so its executor waits on tasks instead of spinning.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 import numpy as np
@@ -29,6 +37,16 @@ def read_tasks(work: np.ndarray, samples_per_task: int, micro_batch: int) -> lis
     return [work[i : i + size] for i in range(0, len(work), size)]
 
 
+def _configure_context() -> None:
+    ctx = ray.data.DataContext.get_current()
+    ctx.execution_options.preserve_order = True
+    # One small execution per segment: banners, stats and progress bars would drown the log.
+    ctx.enable_progress_bars = False
+    ctx.print_on_execution_start = False
+    ctx.enable_auto_log_stats = False
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+
+
 def _read_fn(source: SampleSource):
     def read(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         ids = np.concatenate([np.asarray(x, dtype=np.int64) for x in batch["ids"]])
@@ -37,35 +55,38 @@ def _read_fn(source: SampleSource):
     return read
 
 
+def _materialize(
+    source: SampleSource, tasks: list[np.ndarray], num_cpus: float
+) -> ray.data.Dataset:
+    _configure_context()
+    ds = ray.data.from_items([{"ids": t} for t in tasks], override_num_blocks=len(tasks))
+    ds = ds.map_batches(_read_fn(source), batch_size=1, num_cpus=num_cpus, zero_copy_batch=True)
+    return ds.materialize()
+
+
 def iter_rank_batches(
     source: SampleSource,
     work: np.ndarray,
     micro_batch: int,
     samples_per_task: int = 512,
-    prefetch_batches: int = 4,
+    tasks_per_segment: int = 4,
     num_cpus_per_task: float = 1.0,
 ) -> Iterator[dict[str, np.ndarray]]:
     """Yield this rank's micro-batches (numpy columns) in plan order."""
-    if len(work) == 0:
-        return iter(())
+    _configure_context()
     tasks = read_tasks(work, samples_per_task, micro_batch)
-    ctx = ray.data.DataContext.get_current()
-    ctx.execution_options.preserve_order = True
-    # One stream per rank per run: per-dataset banners and progress bars would drown the log.
-    ctx.enable_progress_bars = False
-    ctx.print_on_execution_start = False
-    ds = ray.data.from_items([{"ids": t} for t in tasks], override_num_blocks=len(tasks))
-    ds = ds.map_batches(
-        _read_fn(source), batch_size=1, num_cpus=num_cpus_per_task, zero_copy_batch=True
-    )
-    return iter(
-        ds.iter_batches(
-            batch_size=micro_batch,
-            batch_format="numpy",
-            prefetch_batches=prefetch_batches,
-            drop_last=False,
-        )
-    )
+    segments = [tasks[i : i + tasks_per_segment] for i in range(0, len(tasks), tasks_per_segment)]
+    if not segments:
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="raytrain-vla-read") as pool:
+        pending = pool.submit(_materialize, source, segments[0], num_cpus_per_task)
+        for i in range(len(segments)):
+            ds = pending.result()
+            if i + 1 < len(segments):
+                pending = pool.submit(_materialize, source, segments[i + 1], num_cpus_per_task)
+            yield from ds.iter_batches(
+                batch_size=micro_batch, batch_format="numpy", prefetch_batches=1
+            )
 
 
 class InMemorySource:

@@ -123,7 +123,7 @@ def train_loop_per_worker(config_dict: dict) -> None:
         work,
         cfg.train.micro_batch_size,
         cfg.data.samples_per_read_task,
-        cfg.data.prefetch_batches,
+        cfg.data.read_tasks_per_segment,
     )
     sample_log = run_dir / "samples.jsonl" if cfg.debug.log_sample_ids else None
 
