@@ -16,7 +16,7 @@ import ray
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig, TorchTrainer
 
-from raytrain_vla.config import Config, ConfigError, parse_cli, to_dict
+from raytrain_vla.config import Config, ConfigError, absolute_paths, parse_cli, to_dict
 from raytrain_vla.data.source import ensure_dataset
 from raytrain_vla.train.worker import run_dir_of, train_loop_per_worker
 
@@ -85,7 +85,7 @@ def _last_line(err: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        cfg = parse_cli(sys.argv[1:] if argv is None else argv)
+        cfg = absolute_paths(parse_cli(sys.argv[1:] if argv is None else argv))
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -2,6 +2,7 @@
 
 from raytrain_vla.config.loader import (
     ConfigError,
+    absolute_paths,
     check_batch_layout,
     from_tree,
     load_config,
@@ -13,6 +14,7 @@ from raytrain_vla.config.loader import (
 from raytrain_vla.config.schema import Config
 
 __all__ = [
+    "absolute_paths",
     "Config",
     "ConfigError",
     "check_batch_layout",

@@ -238,6 +238,13 @@ def check_batch_layout(global_batch: int, micro_batch: int, world_size: int) -> 
     return global_batch // (world_size * micro_batch)
 
 
+def absolute_paths(cfg: Config) -> Config:
+    """Resolve local paths where the user typed them: Ray workers run in their own directories."""
+    cfg.ray.storage_path = str(Path(cfg.ray.storage_path).expanduser().resolve())
+    cfg.data.root = str(Path(cfg.data.root).expanduser().resolve())
+    return cfg
+
+
 def to_dict(cfg: Config) -> dict:
     """Plain JSON/YAML-safe tree (tuples become lists)."""
     return json.loads(json.dumps(draccus.encode(cfg)))

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from raytrain_vla.config import ConfigError, load_config, parse_cli, recipe_hash
+from raytrain_vla.config import ConfigError, absolute_paths, load_config, parse_cli, recipe_hash
 
 
 def test_packaged_default_loads():
@@ -74,3 +74,10 @@ def test_cli_exits_2_with_one_line():
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "train.steps" in lines[0]
+
+
+def test_relative_paths_are_resolved_on_the_driver(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = absolute_paths(parse_cli(["--ray.storage_path=runs", "--data.root=data/x"]))
+    assert cfg.ray.storage_path == str(tmp_path / "runs")
+    assert cfg.data.root == str(tmp_path / "data" / "x")
