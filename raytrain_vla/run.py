@@ -34,7 +34,9 @@ def init_ray(cfg: Config) -> None:
     )
     per_worker = int(cfg.ray.resources_per_worker.get("CPU", 1))
     num_cpus = cfg.ray.local_num_cpus or workers * per_worker + 4
-    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
+    # The dashboard also serves the State API; without it Ray Train's placement-group cleaner
+    # logs a warning every few seconds.
+    ray.init(num_cpus=num_cpus, include_dashboard=True, log_to_driver=True)
 
 
 def build_trainer(cfg: Config) -> TorchTrainer:
