@@ -180,7 +180,7 @@ _CHOICES = {
     "train.precision": ("fp32", "bf16"),
     "scheduler.type": ("constant", "cosine"),
     "optimizer.type": ("adamw",),
-    "data.normalization": ("mean_std", "min_max"),
+    "data.normalization": ("mean_std", "min_max", "quantile"),
     "logging.wandb_mode": ("offline", "online", "disabled"),
 }
 
@@ -221,6 +221,16 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"bad value for 'ray.num_workers': {workers}, expected N or [min, max]")
     for w in range(lo, hi + 1):
         check_batch_layout(cfg.train.global_batch_size, cfg.train.micro_batch_size, w)
+    for feat, mode in cfg.data.normalization_per_feature.items():
+        if mode not in _CHOICES["data.normalization"]:
+            raise ConfigError(
+                f"bad value for 'data.normalization_per_feature.{feat}': {mode!r}, "
+                f"expected one of {_CHOICES['data.normalization']}"
+            )
+    if cfg.data.image_size and (len(cfg.data.image_size) != 2 or min(cfg.data.image_size) < 1):
+        raise ConfigError(
+            f"bad value for 'data.image_size': {cfg.data.image_size}, expected [H, W] or []"
+        )
     names = [g.name for g in cfg.optimizer.groups]
     if len(set(names)) != len(names) or any(not n for n in names):
         raise ConfigError(

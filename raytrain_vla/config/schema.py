@@ -6,6 +6,15 @@ from dataclasses import dataclass, field
 
 
 @dataclass
+class AugmentConfig:
+    """Image augmentation, keyed to (seed, epoch, sample id); all zero means off."""
+
+    brightness: float = 0.0  # +- fraction of full scale added
+    contrast: float = 0.0  # +- fraction of gain around the image mean
+    max_shift_px: int = 0  # random translation, edge pixels repeated
+
+
+@dataclass
 class DataConfig:
     # LeRobot dataset root. The demo dataset is written here when it is missing and `demo` is set.
     root: str = "~/.cache/raytrain_vla/demo_v1"
@@ -21,7 +30,12 @@ class DataConfig:
     # Sample plan (DESIGN.md): spans of consecutive frames, then a windowed sample shuffle.
     span_len: int = 16
     shuffle_window: int = 2048
-    normalization: str = "mean_std"  # mean_std | min_max
+    normalization: str = "mean_std"  # mean_std | min_max | quantile (q01..q99 -> -1..1)
+    # Per-feature override of the mode, e.g. {action: quantile}.
+    normalization_per_feature: dict[str, str] = field(default_factory=dict)
+    # Resize camera images to [H, W] for the model; empty keeps the dataset's resolution.
+    image_size: list[int] = field(default_factory=list)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
     # Ray Data: samples decoded per read task; read tasks per segment (decode parallelism and
     # look-ahead: one segment is decoded ahead while the loop consumes the current one).
     samples_per_read_task: int = 512

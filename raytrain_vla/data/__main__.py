@@ -40,6 +40,27 @@ def _inspect(args: argparse.Namespace) -> None:
         print(f"  {key:<28} {feat['dtype']:<8} {feat['shape']}")
 
 
+def _stats(args: argparse.Namespace) -> None:
+    from raytrain_vla.data.stats import write_stats
+
+    path, written = write_stats(args.root, force=args.force)
+    print(f"{'wrote' if written else 'up to date (use --force to recompute)'}: {path}")
+
+
+def _convert(args: argparse.Namespace) -> None:
+    from raytrain_vla.data.arrow import convert_to_shards
+
+    start = time.perf_counter()
+    m = convert_to_shards(
+        args.root, args.out, args.chunk_size, args.image_format, args.samples_per_shard
+    )
+    print(
+        f"wrote {args.out}: {m['num_samples']} samples in {len(m['shards'])} shard(s), "
+        f"{m['image_format']} images, chunk_size {m['chunk_size']} "
+        f"in {time.perf_counter() - start:.1f}s"
+    )
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -57,6 +78,17 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--episodes", type=_positive, default=1500)
     demo.add_argument("--seed", type=int, default=0)
     demo.set_defaults(func=_demo)
+    stats = sub.add_parser("stats", help="compute meta/stats.json with Ray Data")
+    stats.add_argument("root", help="LeRobot dataset root")
+    stats.add_argument("--force", action="store_true", help="recompute even if stats exist")
+    stats.set_defaults(func=_stats)
+    convert = sub.add_parser("convert", help="precompute Arrow/Parquet shards (Ray Data job)")
+    convert.add_argument("root", help="LeRobot dataset root")
+    convert.add_argument("out", help="shards directory (must not exist, or be empty)")
+    convert.add_argument("--chunk-size", type=_positive, default=8)
+    convert.add_argument("--image-format", choices=["raw", "png"], default="raw")
+    convert.add_argument("--samples-per-shard", type=_positive, default=4096)
+    convert.set_defaults(func=_convert)
     inspect = sub.add_parser("inspect", help="summarise a LeRobot dataset")
     inspect.add_argument("root")
     inspect.set_defaults(func=_inspect)

@@ -37,6 +37,14 @@ def read_tasks(work: np.ndarray, samples_per_task: int, micro_batch: int) -> lis
     return [work[i : i + size] for i in range(0, len(work), size)]
 
 
+class Postprocess(Protocol):
+    """Runs in the read task after decoding, e.g. resize + keyed augmentation."""
+
+    def __call__(
+        self, cols: dict[str, np.ndarray], epochs: np.ndarray
+    ) -> dict[str, np.ndarray]: ...
+
+
 def _configure_context() -> None:
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True
@@ -71,19 +79,33 @@ def iter_rank_batches(
     samples_per_task: int = 512,
     tasks_per_segment: int = 4,
     num_cpus_per_task: float = 1.0,
+    epochs: np.ndarray | None = None,
+    post: Postprocess | None = None,
 ) -> Iterator[dict[str, np.ndarray]]:
-    """Yield this rank's micro-batches (numpy columns) in plan order."""
+    """Yield this rank's micro-batches (numpy columns) in plan order.
+
+    `epochs` (one per work item) keys augmentation; `post` runs inside the read tasks.
+    """
     _configure_context()
-    tasks = read_tasks(work, samples_per_task, micro_batch)
+    epochs = np.zeros(len(work), np.int64) if epochs is None else np.asarray(epochs, np.int64)
+    tasks = list(
+        zip(
+            read_tasks(work, samples_per_task, micro_batch),
+            read_tasks(epochs, samples_per_task, micro_batch),
+            strict=True,
+        )
+    )
     segments = [tasks[i : i + tasks_per_segment] for i in range(0, len(tasks), tasks_per_segment)]
     if not segments:
         return
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="raytrain-vla-read") as pool:
-        pending = pool.submit(_materialize, source, segments[0], num_cpus_per_task)
+        pending = pool.submit(_materialize, source, segments[0], num_cpus_per_task, post)
         for i in range(len(segments)):
             ds = pending.result()
             if i + 1 < len(segments):
-                pending = pool.submit(_materialize, source, segments[i + 1], num_cpus_per_task)
+                pending = pool.submit(
+                    _materialize, source, segments[i + 1], num_cpus_per_task, post
+                )
             yield from ds.iter_batches(
                 batch_size=micro_batch, batch_format="numpy", prefetch_batches=1
             )

@@ -122,3 +122,8 @@ class SamplePlan:
         """
         parts = [self.rank_slice(s, rank, world_size) for s in range(start_step, end_step)]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+    def rank_work_epochs(self, start_step: int, end_step: int, world_size: int) -> np.ndarray:
+        """The epoch of every sample in `rank_work(start_step, end_step, ...)`, for keyed augmentation."""
+        steps = np.arange(start_step, end_step, dtype=np.int64)
+        return np.repeat(steps // self.steps_per_epoch, self.global_batch_size // world_size)

@@ -7,7 +7,7 @@ arrays plus video paths, so a task decodes only the frames of its own samples.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -134,13 +134,20 @@ class DatasetView:
     normalizer: Normalizer
     transform: BatchTransform
     fingerprint: str
+    target_image_size: list[int] = field(default_factory=list)  # `data.image_size`; [] = native
 
     @classmethod
     def open(
         cls, cfg: DataConfig, seed: int, global_batch_size: int, max_text_len: int = 48
     ) -> DatasetView:
-        meta = LeRobotMeta.load(Path(cfg.root).expanduser())
-        source = LeRobotSource(meta, cfg.chunk_size)
+        root = Path(cfg.root).expanduser()
+        meta = LeRobotMeta.load(root)
+        if (root / "shards.json").is_file():  # precomputed shards (data/arrow.py), same samples
+            from raytrain_vla.data.arrow import ShardSource
+
+            source = ShardSource(root, cfg.chunk_size)
+        else:
+            source = LeRobotSource(meta, cfg.chunk_size)
         val_eps = split_episodes(meta.num_episodes, cfg.val_fraction, cfg.val_episodes)
         is_val = np.isin(source.episode_of, val_eps)
         train_ids = np.flatnonzero(~is_val)
@@ -157,9 +164,18 @@ class DatasetView:
             val_ids = val_ids[
                 np.linspace(0, len(val_ids) - 1, cfg.val_max_samples).astype(np.int64)
             ]
-        normalizer = Normalizer.from_stats(meta.stats, cfg.normalization)
+        normalizer = Normalizer.from_stats(
+            meta.stats,
+            cfg.normalization,
+            cfg.normalization_per_feature,
+            source=str(meta.root / "meta" / "stats.json"),
+        )
         transform = BatchTransform(normalizer, meta.tasks, source.camera_keys, max_text_len)
-        return cls(meta, source, plan, val_ids, normalizer, transform, dataset_fingerprint(meta))
+        # Shards carry their source's fingerprint: same samples, so a run may switch formats.
+        fingerprint = getattr(source, "fingerprint", None) or dataset_fingerprint(meta)
+        return cls(
+            meta, source, plan, val_ids, normalizer, transform, fingerprint, list(cfg.image_size)
+        )
 
     @property
     def camera_keys(self) -> list[str]:
@@ -167,6 +183,9 @@ class DatasetView:
 
     @property
     def image_size(self) -> list[int]:
+        """What the model sees: `data.image_size` when set, else the first camera's size."""
+        if self.target_image_size:
+            return list(self.target_image_size)
         _, h, w = self.meta.camera_shape(self.camera_keys[0])
         return [h, w]
 

@@ -19,36 +19,61 @@ NORMALIZED_FEATURES = ("observation.state", "action")
 EPS = 1e-6
 
 
+MODES = ("mean_std", "min_max", "quantile")
+# Which stats each mode needs, and the affine map (shift, scale) it builds from them.
+_AFFINE = {
+    "mean_std": (("mean", "std"), lambda s: (s["mean"], s["std"])),
+    "min_max": (("min", "max"), lambda s: ((s["max"] + s["min"]) / 2, (s["max"] - s["min"]) / 2)),
+    "quantile": (("q01", "q99"), lambda s: ((s["q99"] + s["q01"]) / 2, (s["q99"] - s["q01"]) / 2)),
+}
+
+
 @dataclass
 class Normalizer:
-    """Per-feature affine maps: x_norm = (x - shift) / scale."""
+    """Per-feature affine maps x_norm = (x - shift) / scale; min_max and quantile map their
+    range ([min, max] or [q01, q99]) to [-1, 1]."""
 
-    mode: str
+    modes: dict[str, str]
     shift: dict[str, np.ndarray]
     scale: dict[str, np.ndarray]
 
     @classmethod
-    def from_stats(cls, stats: dict, mode: str, features=NORMALIZED_FEATURES) -> Normalizer:
-        shift, scale = {}, {}
+    def from_stats(
+        cls,
+        stats: dict,
+        mode: str,
+        per_feature: dict[str, str] | None = None,
+        features=NORMALIZED_FEATURES,
+        source: str = "stats",
+    ) -> Normalizer:
+        modes, shift, scale = {}, {}, {}
         for feat in features:
-            if feat not in stats:
-                raise ValueError(f"normalisation stats have no entry for '{feat}'")
-            s = {k: np.asarray(v, dtype=np.float32) for k, v in stats[feat].items()}
-            if mode == "mean_std":
-                shift[feat], scale[feat] = s["mean"], np.maximum(s["std"], EPS)
-            elif mode == "min_max":
-                # Maps [min, max] to [-1, 1].
-                shift[feat] = (s["max"] + s["min"]) / 2
-                scale[feat] = np.maximum((s["max"] - s["min"]) / 2, EPS)
-            else:
-                raise ValueError(f"unknown normalisation mode '{mode}'")
-        return cls(mode, shift, scale)
+            modes[feat] = (per_feature or {}).get(feat, mode)
+            if modes[feat] not in _AFFINE:
+                raise ValueError(
+                    f"unknown normalisation mode '{modes[feat]}' for '{feat}', expected {MODES}"
+                )
+            needed, affine = _AFFINE[modes[feat]]
+            have = stats.get(feat, {})
+            missing = [k for k in needed if k not in have]
+            if missing:
+                raise ValueError(
+                    f"{source}: '{feat}' has no {missing} (needed by normalisation mode "
+                    f"'{modes[feat]}'); run `python -m raytrain_vla.data stats ROOT --force`"
+                )
+            s = {k: np.asarray(have[k], dtype=np.float32) for k in needed}
+            shift[feat], spread = affine(s)
+            scale[feat] = np.maximum(spread, EPS).astype(np.float32)
+        return cls(modes, shift, scale)
 
     def to_dict(self) -> dict:
         return {
-            "mode": self.mode,
             "features": {
-                k: {"shift": self.shift[k].tolist(), "scale": self.scale[k].tolist()}
+                k: {
+                    "mode": self.modes[k],
+                    "shift": self.shift[k].tolist(),
+                    "scale": self.scale[k].tolist(),
+                }
                 for k in self.shift
             },
         }
@@ -57,7 +82,7 @@ class Normalizer:
     def from_dict(cls, d: dict) -> Normalizer:
         feats = d["features"]
         return cls(
-            d["mode"],
+            {k: v.get("mode", d.get("mode", "mean_std")) for k, v in feats.items()},
             {k: np.asarray(v["shift"], np.float32) for k, v in feats.items()},
             {k: np.asarray(v["scale"], np.float32) for k, v in feats.items()},
         )

@@ -21,6 +21,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import register_fsdp_forward_method
 
 from raytrain_vla.config import Config, check_batch_layout, from_tree, recipe_hash, to_dict, to_yaml
+from raytrain_vla.data.augment import ImageOps
 from raytrain_vla.data.pipeline import InMemorySource, iter_rank_batches
 from raytrain_vla.data.source import DatasetView
 from raytrain_vla.export import write_policy
@@ -124,6 +125,8 @@ def train_loop_per_worker(config_dict: dict) -> None:
         cfg.train.micro_batch_size,
         cfg.data.samples_per_read_task,
         cfg.data.read_tasks_per_segment,
+        epochs=view.plan.rank_work_epochs(start_step, cfg.train.steps, world),
+        post=ImageOps(cfg.data.image_size, cfg.data.augment, cfg.train.seed),
     )
     sample_log = run_dir / "samples.jsonl" if cfg.debug.log_sample_ids else None
 
@@ -201,7 +204,13 @@ def _load_val_batches(cfg: Config, view: DatasetView, rank: int, world: int, dev
     w = torch.from_numpy(weight[rank * per_rank : (rank + 1) * per_rank])
     out = []
     for i, cols in enumerate(
-        iter_rank_batches(view.source, mine, micro, cfg.data.samples_per_read_task)
+        iter_rank_batches(
+            view.source,
+            mine,
+            micro,
+            cfg.data.samples_per_read_task,
+            post=ImageOps(cfg.data.image_size),
+        )
     ):
         out.append((view.transform(cols, device), w[i * micro : (i + 1) * micro]))
     return out

@@ -87,3 +87,39 @@ def test_too_few_samples_is_an_error():
     ids, ep = _dataset((3,))
     with pytest.raises(ValueError, match="fewer than one global batch"):
         SamplePlan(ids, ep, seed=0, global_batch_size=10)
+
+
+GLOBAL_BATCH = 168  # 2^3 * 3 * 7: divisible by W = 1..8 and several micro-batch sizes
+VALID_LAYOUTS = [(w, m) for w in range(1, 9) for m in (1, 2, 3) if GLOBAL_BATCH % (w * m) == 0]
+
+
+@pytest.mark.parametrize("world_size, micro_batch", VALID_LAYOUTS)
+def test_rank_work_is_the_concatenated_rank_slices_for_valid_layouts(world_size, micro_batch):
+    global_batch = GLOBAL_BATCH
+    ids, ep = _dataset((40, 55, 61, 23, 77, 90))
+    plan = SamplePlan(
+        ids, ep, seed=2, global_batch_size=global_batch, span_len=5, shuffle_window=50
+    )
+    per_rank = global_batch // world_size
+    for start in (0, 1, plan.steps_per_epoch - 1):
+        works = [plan.rank_work(start, start + 2, r, world_size) for r in range(world_size)]
+        for k in range(2):
+            got = np.concatenate([w[k * per_rank : (k + 1) * per_rank] for w in works])
+            assert np.array_equal(got, plan.global_batch(start + k))
+        epochs = plan.rank_work_epochs(start, start + 2, world_size)
+        assert len(epochs) == len(works[0])
+        assert epochs[0] == start // plan.steps_per_epoch
+
+
+def test_resuming_from_any_cursor_continues_the_exact_sequence():
+    ids, ep = _dataset()
+    plan = SamplePlan(ids, ep, seed=5, global_batch_size=8, span_len=3, shuffle_window=10)
+    full = [plan.global_batch(s) for s in range(30)]
+    for step in range(30):
+        resumed = SamplePlan(ids, ep, seed=5, global_batch_size=8, span_len=3, shuffle_window=10)
+        cursor = Cursor.from_dict(plan.cursor_at(step).to_dict())
+        start = resumed.step_of(cursor)
+        assert all(
+            np.array_equal(resumed.global_batch(start + k), full[step + k])
+            for k in range(30 - step)
+        )

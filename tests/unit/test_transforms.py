@@ -1,0 +1,97 @@
+"""Normalisation modes, resizing and keyed augmentation: pure numpy/torch, no Ray."""
+
+import numpy as np
+import pytest
+import torch
+
+from raytrain_vla.config.schema import AugmentConfig
+from raytrain_vla.data.augment import ImageOps, augment_images, resize_images
+from raytrain_vla.data.transforms import Normalizer
+
+STATS = {
+    "observation.state": {
+        "mean": [1.0, 2.0],
+        "std": [2.0, 0.5],
+        "min": [-3, 0],
+        "max": [5, 4],
+        "q01": [-2, 1],
+        "q99": [4, 3],
+    },
+    "action": {"mean": [0.0], "std": [1.0], "min": [-1], "max": [3], "q01": [-0.5], "q99": [2.5]},
+}
+
+
+@pytest.mark.parametrize(
+    "mode, lo, hi",
+    [("min_max", "min", "max"), ("quantile", "q01", "q99")],
+)
+def test_range_modes_map_their_range_to_unit_interval(mode, lo, hi):
+    norm = Normalizer.from_stats(STATS, mode)
+    for feat, s in STATS.items():
+        edges = torch.tensor([s[lo], s[hi]], dtype=torch.float32)
+        torch.testing.assert_close(
+            norm.normalize(feat, edges), torch.tensor([[-1.0] * len(s[lo]), [1.0] * len(s[lo])])
+        )
+
+
+def test_mean_std_and_per_feature_override_round_trip():
+    norm = Normalizer.from_stats(STATS, "mean_std", {"action": "quantile"})
+    assert norm.modes == {"observation.state": "mean_std", "action": "quantile"}
+    x = torch.tensor([[3.0, 2.5]])
+    torch.testing.assert_close(norm.normalize("observation.state", x), torch.tensor([[1.0, 1.0]]))
+    again = Normalizer.from_dict(norm.to_dict())
+    y = torch.randn(4, 1)
+    torch.testing.assert_close(again.unnormalize("action", again.normalize("action", y)), y)
+
+
+def test_missing_stat_names_feature_and_mode():
+    stats = {
+        "observation.state": {"mean": [0.0], "std": [1.0]},
+        "action": {"mean": [0.0], "std": [1.0]},
+    }
+    with pytest.raises(ValueError, match=r"'action' has no \['q01', 'q99'\].*'quantile'"):
+        Normalizer.from_stats(stats, "mean_std", {"action": "quantile"}, source="x/stats.json")
+
+
+def _images(n=4, seed=0):
+    rng = np.random.default_rng(seed)
+    return {"image/cam": rng.integers(0, 256, size=(n, 3, 16, 16), dtype=np.uint8)}
+
+
+def test_augmentation_is_keyed_to_sample_and_epoch_not_batch():
+    cfg = AugmentConfig(brightness=0.2, contrast=0.2, max_shift_px=2)
+    imgs = _images()
+    ids, epochs = np.array([7, 8, 9, 10]), np.array([0, 0, 1, 1])
+    whole = augment_images(imgs, ids, epochs, 3, cfg)["image/cam"]
+    # Any batching of the same (id, epoch) pairs gives the same pixels.
+    parts = [
+        augment_images(
+            {"image/cam": imgs["image/cam"][i : i + 1]}, ids[i : i + 1], epochs[i : i + 1], 3, cfg
+        )
+        for i in range(4)
+    ]
+    np.testing.assert_array_equal(whole, np.concatenate([p["image/cam"] for p in parts]))
+    assert not np.array_equal(whole, imgs["image/cam"])
+    other_epoch = augment_images(imgs, ids, epochs + 1, 3, cfg)["image/cam"]
+    other_seed = augment_images(imgs, ids, epochs, 4, cfg)["image/cam"]
+    assert not np.array_equal(whole, other_epoch) and not np.array_equal(whole, other_seed)
+
+
+def test_augmentation_off_is_identity():
+    imgs = _images()
+    out = augment_images(imgs, np.arange(4), np.zeros(4), 0, AugmentConfig())
+    assert out["image/cam"] is imgs["image/cam"]
+
+
+def test_resize_and_image_ops():
+    imgs = _images()
+    out = resize_images(imgs, (8, 12))["image/cam"]
+    assert out.shape == (4, 3, 8, 12) and out.dtype == np.uint8
+    flat = {"image/cam": np.full((2, 3, 16, 16), 77, np.uint8)}
+    np.testing.assert_array_equal(
+        resize_images(flat, (8, 8))["image/cam"], np.full((2, 3, 8, 8), 77)
+    )
+    cols = {"sample_id": np.arange(4), "state": np.zeros((4, 2)), **imgs}
+    ops = ImageOps([8, 8], AugmentConfig(brightness=0.1), seed=1)
+    res = ops(cols, np.zeros(4, np.int64))
+    assert res["image/cam"].shape == (4, 3, 8, 8) and res["state"] is cols["state"]
