@@ -55,20 +55,30 @@ def _configure_context() -> None:
     logging.getLogger("ray.data").setLevel(logging.WARNING)
 
 
-def _read_fn(source: SampleSource):
+def _read_fn(source: SampleSource, post: Postprocess | None):
     def read(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        ids = np.concatenate([np.asarray(x, dtype=np.int64) for x in batch["ids"]])
-        return source.read(ids)
+        cols = source.read(np.concatenate([np.asarray(x, dtype=np.int64) for x in batch["ids"]]))
+        if post is not None:
+            cols = post(
+                cols, np.concatenate([np.asarray(x, dtype=np.int64) for x in batch["epochs"]])
+            )
+        return cols
 
     return read
 
 
 def _materialize(
-    source: SampleSource, tasks: list[np.ndarray], num_cpus: float
+    source: SampleSource,
+    tasks: list[tuple[np.ndarray, np.ndarray]],
+    num_cpus: float,
+    post: Postprocess | None,
 ) -> ray.data.Dataset:
     _configure_context()
-    ds = ray.data.from_items([{"ids": t} for t in tasks], override_num_blocks=len(tasks))
-    ds = ds.map_batches(_read_fn(source), batch_size=1, num_cpus=num_cpus, zero_copy_batch=True)
+    items = [{"ids": ids, "epochs": epochs} for ids, epochs in tasks]
+    ds = ray.data.from_items(items, override_num_blocks=len(items))
+    ds = ds.map_batches(
+        _read_fn(source, post), batch_size=1, num_cpus=num_cpus, zero_copy_batch=True
+    )
     return ds.materialize()
 
 
