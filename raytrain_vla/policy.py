@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
+from raytrain_vla.data.augment import resize_images
 from raytrain_vla.data.transforms import Normalizer
 from raytrain_vla.export import CONFIG, NORMALIZATION, WEIGHTS
 from raytrain_vla.models.registry import build_model
@@ -26,19 +27,20 @@ class Policy:
         self.generator = torch.Generator().manual_seed(seed)
 
     def _image(self, key: str, img) -> torch.Tensor:
+        """HWC uint8 or CHW float in [0, 1] -> (1, 3, H, W) float at the model's resolution."""
         x = torch.as_tensor(np.asarray(img))
-        if x.ndim != 3:
+        if x.ndim != 3 or 3 not in (x.shape[0], x.shape[-1]):
             raise ValueError(
                 f"camera '{key}': expected an HWC uint8 or CHW float image, got shape {tuple(x.shape)}"
             )
         if x.dtype == torch.uint8:
-            x = x.permute(2, 0, 1).float() / 255.0 if x.shape[-1] == 3 else x.float() / 255.0
-        expected = (3, *self.kwargs["image_size"])
-        if tuple(x.shape) != expected:
-            raise ValueError(
-                f"camera '{key}': expected shape {expected} (CHW), got {tuple(x.shape)}"
-            )
-        return x.float()[None]
+            x = x.permute(2, 0, 1) if x.shape[-1] == 3 else x
+        else:
+            x = (x.float().clamp(0, 1) * 255).round().to(torch.uint8)
+        size = tuple(self.kwargs["image_size"])
+        if tuple(x.shape[-2:]) != size:  # trained with `data.image_size`: same resize as training
+            x = torch.from_numpy(resize_images({key: x[None].numpy()}, size)[key][0])
+        return x.float()[None] / 255.0
 
     @torch.no_grad()
     def predict_action(self, observation: dict) -> np.ndarray:

@@ -27,17 +27,18 @@ def _demo(args: argparse.Namespace) -> None:
 
 
 def _inspect(args: argparse.Namespace) -> None:
-    meta = LeRobotMeta.load(args.root)
-    print(f"root: {meta.root}")
-    print(f"version: {meta.version}  fps: {meta.fps}")
-    print(f"episodes: {meta.num_episodes}  frames: {meta.total_frames}  tasks: {len(meta.tasks)}")
-    cams = [
-        f"{k} ({meta.features[k]['dtype']}, CHW {meta.camera_shape(k)})" for k in meta.camera_keys
-    ]
-    print(f"camera keys: {', '.join(cams) or '-'}")
-    print("features:")
-    for key, feat in meta.features.items():
-        print(f"  {key:<28} {feat['dtype']:<8} {feat['shape']}")
+    """Summary, then every problem found (one per line, exit status 1) or 'no problems found'."""
+    from raytrain_vla.data.inspect import find_problems, summary
+
+    print("\n".join(summary(LeRobotMeta.load(args.root))))
+    problems = find_problems(args.root)
+    if not problems:
+        print("no problems found")
+        return
+    print(f"{len(problems)} problem(s):")
+    for problem in problems:
+        print(f"  {problem}")
+    raise SystemExit(1)
 
 
 def _stats(args: argparse.Namespace) -> None:

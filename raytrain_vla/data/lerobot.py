@@ -1,7 +1,8 @@
 """LeRobot dataset metadata (`meta/`) and the frame table (`data/`), read with pyarrow.
 
-Only the v3.0 layout is read today; `LeRobotMeta.load` dispatches on `codebase_version` so a
-v2.1 loader (tasks.jsonl, episodes.jsonl, one file per episode) can be added beside it. Every
+`LeRobotMeta.load` dispatches on `codebase_version`: v3.0 (parquet metadata, many episodes per
+file, concatenated videos) and v2.1 (jsonl metadata, one parquet and one mp4 per episode). Both
+fill the same per-episode columns, so everything downstream is version-blind. Every
 inconsistency raises `DatasetError` naming the file, episode or column and what was expected,
 because a silent mismatch between metadata and data would corrupt training quietly.
 """
@@ -18,7 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-SUPPORTED_VERSIONS = ("v3.0",)
+from raytrain_vla.data.frame_checks import describe_episodes, frame_problems
+
+SUPPORTED_VERSIONS = ("v2.1", "v3.0")
 _EPISODE_COLUMNS = ("episode_index", "tasks", "length", "dataset_from_index", "dataset_to_index")
 _EPISODE_COLUMNS += ("data/chunk_index", "data/file_index")
 _VIDEO_COLUMNS = ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
@@ -42,20 +45,22 @@ def _read_json(path: Path, what: str) -> dict:
     return out
 
 
-def _read_parquet(path: Path, columns: Sequence[str] | None = None) -> pa.Table:
+def _read_parquet(path: Path, columns: Sequence[str] | None = None, where: str = "") -> pa.Table:
+    """The table (or `columns` of it); `where` (e.g. "episodes 0-4") is added to errors."""
+    at = f"; in {where}" if where else ""
     try:
         if columns is not None:
             present = set(pq.read_schema(path).names)
             missing = [c for c in columns if c not in present]
             if missing:
-                raise DatasetError(f"{path}: missing column(s) {missing}")
+                raise DatasetError(f"{path}: missing column(s) {missing}{at}")
         return pq.read_table(path, columns=list(columns) if columns is not None else None)
     except DatasetError:
         raise
     except FileNotFoundError:
-        raise DatasetError(f"{path}: missing parquet file") from None
+        raise DatasetError(f"{path}: missing parquet file{at}") from None
     except (OSError, pa.ArrowException) as e:
-        raise DatasetError(f"{path}: unreadable parquet file ({e})") from e
+        raise DatasetError(f"{path}: unreadable parquet file ({e}){at}") from e
 
 
 @dataclass
@@ -165,34 +170,58 @@ class LeRobotMeta:
     def episode_tasks(self, episode: int) -> list[str]:
         return list(self.episodes["tasks"][episode])
 
+    def _path(self, template: str, **fields) -> Path:
+        try:
+            return self.root / str(self.info[template]).format(**fields)
+        except (KeyError, IndexError, ValueError) as e:
+            raise DatasetError(f"{self.root / 'meta/info.json'}: bad {template!r} ({e!r})") from e
+
     def data_file(self, episode: int) -> Path:
-        chunk, file = (
-            self.episodes["data/chunk_index"][episode],
-            self.episodes["data/file_index"][episode],
+        chunk = int(self.episodes["data/chunk_index"][episode])
+        file = int(self.episodes["data/file_index"][episode])
+        ep = int(self.episode_index[episode])  # v2.1 templates name the episode, v3.0 the file
+        return self._path(
+            "data_path", chunk_index=chunk, file_index=file, episode_chunk=chunk, episode_index=ep
         )
-        return self.root / self.info["data_path"].format(chunk_index=chunk, file_index=file)
+
+    def data_files(self) -> dict[Path, np.ndarray]:
+        """Each data file once, in the order episodes reference it, with the episodes it holds."""
+        files: dict[Path, list[int]] = {}
+        for e in range(self.num_episodes):
+            files.setdefault(self.data_file(e), []).append(e)
+        return {path: np.asarray(eps, dtype=np.int64) for path, eps in files.items()}
 
     def video_file(self, key: str, episode: int) -> Path:
-        chunk = self.episodes[f"videos/{key}/chunk_index"][episode]
-        file = self.episodes[f"videos/{key}/file_index"][episode]
-        return self.root / self.info["video_path"].format(
-            video_key=key, chunk_index=chunk, file_index=file
-        )
+        chunk = int(self.episodes[f"videos/{key}/chunk_index"][episode])
+        file = int(self.episodes[f"videos/{key}/file_index"][episode])
+        ep = int(self.episode_index[episode])
+        return self._path(
+            "video_path", video_key=key, chunk_index=chunk, file_index=file,
+            episode_chunk=chunk, episode_index=ep,
+        )  # fmt: skip
 
     def video_from_timestamp(self, key: str, episode: int) -> float:
-        """Where the episode starts inside its (concatenated) video file, in seconds."""
+        """Where the episode starts inside its video file, in seconds (0 for v2.1)."""
         return float(self.episodes[f"videos/{key}/from_timestamp"][episode])
 
 
-def _load_v30(root: Path, info: dict) -> LeRobotMeta:
+def check_features(root: Path, info: dict) -> list[str]:
+    """The video keys, after checking that `features` is usable."""
     info_path = root / "meta" / "info.json"
     features = info["features"]
-    if not isinstance(features, dict):
-        raise DatasetError(f"{info_path}: 'features' must be an object")
+    if not isinstance(features, dict) or not all(isinstance(f, dict) for f in features.values()):
+        raise DatasetError(f"{info_path}: 'features' must be an object of feature objects")
+    bad = [k for k, f in features.items() if "dtype" not in f or "shape" not in f]
+    if bad:
+        raise DatasetError(f"{info_path}: feature(s) {bad} lack 'dtype' or 'shape'")
     videos = [k for k, f in features.items() if f.get("dtype") == "video"]
     if videos and not info.get("video_path"):
         raise DatasetError(f"{info_path}: video features {videos} but no 'video_path' template")
+    return videos
 
+
+def _load_v30(root: Path, info: dict) -> LeRobotMeta:
+    videos = check_features(root, info)
     tasks_path = root / "meta" / "tasks.parquet"
     tt = _read_parquet(tasks_path)
     if "task_index" not in tt.column_names or "task" not in tt.column_names:
@@ -211,17 +240,30 @@ def _load_v30(root: Path, info: dict) -> LeRobotMeta:
     eps = {c: table[c].to_numpy() for c in cols if c != "tasks"}
     eps["tasks"] = np.empty(table.num_rows, dtype=object)  # 1-D array of lists of strings
     eps["tasks"][:] = table["tasks"].to_pylist()
-    _check_episodes(root, info, eps)
+    check_episodes(root / "meta" / "episodes", info, eps)
+    return LeRobotMeta(root, info, tasks, eps, load_stats_json(root))
 
+
+def _load_v21(root: Path, info: dict) -> LeRobotMeta:
+    from raytrain_vla.data.lerobot_v21 import load_v21  # it imports this module: keep it lazy
+
+    return load_v21(root, info)
+
+
+def load_stats_json(root: Path) -> dict[str, dict[str, np.ndarray]]:
+    """meta/stats.json as arrays, or {} when the dataset has none."""
     stats_path = root / "meta" / "stats.json"
-    raw = _read_json(stats_path, "feature statistics") if stats_path.exists() else {}
-    stats = {f: {s: np.asarray(v) for s, v in d.items()} for f, d in raw.items()}
-    return LeRobotMeta(root, info, tasks, eps, stats)
+    if not stats_path.exists():
+        return {}
+    raw = _read_json(stats_path, "feature statistics")
+    return {f: {s: np.asarray(v) for s, v in d.items()} for f, d in raw.items()}
 
 
-def _check_episodes(root: Path, info: dict, eps: dict[str, np.ndarray]) -> None:
-    where = root / "meta" / "episodes"
+def check_episodes(where: Path, info: dict, eps: dict[str, np.ndarray]) -> None:
+    """Episodes 0..E-1, contiguous frame ranges matching their lengths and info.json totals."""
     idx, length = eps["episode_index"], eps["length"]
+    if not len(idx):
+        raise DatasetError(f"{where}: no episodes")
     lo, hi = eps["dataset_from_index"], eps["dataset_to_index"]
     if not np.array_equal(idx, np.arange(len(idx))):
         raise DatasetError(f"{where}: episode_index is not 0..{len(idx) - 1} without gaps")
@@ -243,65 +285,25 @@ def _check_episodes(root: Path, info: dict, eps: dict[str, np.ndarray]) -> None:
         )
 
 
-_LOADERS = {"v3.0": _load_v30}
+_LOADERS = {"v2.1": _load_v21, "v3.0": _load_v30}
 
 
 def read_frames_table(meta: LeRobotMeta, columns: Sequence[str]) -> pa.Table:
-    """All frames' `columns` (plus `index`), in global index order, checked against info.json."""
-    cols = list(dict.fromkeys(["index", *columns]))
-    files: list[Path] = []
-    for e in range(meta.num_episodes):
-        path = meta.data_file(e)
-        if not files or files[-1] != path:
-            files.append(path)
+    """All frames' `columns` (plus `index`, `episode_index`) in global index order, checked."""
+    cols = list(dict.fromkeys(["index", "episode_index", *columns]))
     parts, expect = [], 0
-    for path in dict.fromkeys(files):  # each file once, in the order episodes reference it
-        t = _read_parquet(path, cols)
-        index = t["index"].to_numpy()
-        if len(index) and not np.array_equal(index, np.arange(expect, expect + len(index))):
-            raise DatasetError(
-                f"{path}: column 'index' is not contiguous from {expect} "
-                f"(got {index[:3].tolist()}...)"
-            )
-        for c in cols:
-            _check_column(path, c, t[c], meta.features.get(c))
-        parts.append(t)
-        expect += len(index)
+    for path, eps in meta.data_files().items():
+        table = _read_parquet(path, cols, describe_episodes(eps))
+        problems = frame_problems(path, table, meta.features, eps, meta.episode_length, expect)
+        if problems:
+            raise DatasetError(problems[0])
+        parts.append(table)
+        expect += table.num_rows
     if expect != meta.total_frames:
         raise DatasetError(
             f"{meta.root / 'data'}: {expect} frames but info.json says {meta.total_frames}"
         )
     return pa.concat_tables(parts) if parts else pa.table({c: [] for c in cols})
-
-
-def _check_column(path: Path, name: str, col: pa.ChunkedArray, feat: dict | None) -> None:
-    """Shape and dtype of one column against its info.json feature; NaN is refused."""
-    if col.null_count:
-        raise DatasetError(f"{path}: column {name!r} has {col.null_count} null value(s)")
-    if feat is None or feat.get("dtype") in ("video", "image", "string"):
-        return
-    size = int(np.prod(feat["shape"]))
-    typ = col.type
-    if pa.types.is_fixed_size_list(typ) or pa.types.is_list(typ) or pa.types.is_large_list(typ):
-        lens = pc.list_value_length(col).to_numpy() if len(col) else np.array([size])
-        if not (lens == size).all():
-            raise DatasetError(
-                f"{path}: column {name!r} has rows of length {sorted(set(lens.tolist()))[:5]}, "
-                f"info.json shape is {feat['shape']}"
-            )
-        values = pc.list_flatten(col)
-    elif size != 1:
-        raise DatasetError(f"{path}: column {name!r} is scalar, info.json shape is {feat['shape']}")
-    else:
-        values = col
-    want = np.dtype(feat["dtype"]) if feat["dtype"] not in ("bool",) else np.dtype(bool)
-    got = values.type.to_pandas_dtype()
-    if np.dtype(got) != want:
-        raise DatasetError(
-            f"{path}: column {name!r} has dtype {np.dtype(got)}, info.json says {want}"
-        )
-    if want.kind == "f" and len(values) and pc.any(pc.is_nan(values)).as_py():
-        raise DatasetError(f"{path}: column {name!r} contains NaN")
 
 
 def column_to_numpy(table: pa.Table, name: str) -> np.ndarray:
@@ -312,3 +314,13 @@ def column_to_numpy(table: pa.Table, name: str) -> np.ndarray:
     if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
         return np.asarray(col.to_pylist())
     return col.to_numpy(zero_copy_only=False)
+
+
+def open_dataset(root: str | Path, delta_timestamps: dict[str, list[float]] | None = None, **kw):
+    """LeRobot-compatible map-style view (`LeRobotDataset(root, delta_timestamps)[i]`).
+
+    Defined in `random_access`, which imports this module, hence the import at call time.
+    """
+    from raytrain_vla.data.random_access import open_dataset as _open
+
+    return _open(root, delta_timestamps, **kw)

@@ -1,7 +1,8 @@
 """A LeRobot dataset as the trainer sees it: train/val split, sample plan, and a sample reader.
 
 `LeRobotSource` is what Ray Data read tasks carry: the low-dimensional columns as small numpy
-arrays plus video paths, so a task decodes only the frames of its own samples.
+arrays plus video paths, so a task decodes only the frames of its own samples. Image features
+stored inside parquet are read per task too, from the row groups that hold those samples.
 """
 
 from __future__ import annotations
@@ -14,10 +15,17 @@ import numpy as np
 
 from raytrain_vla.config.schema import DataConfig
 from raytrain_vla.data.demo import write_demo_dataset
-from raytrain_vla.data.lerobot import DatasetError, LeRobotMeta, column_to_numpy, read_frames_table
+from raytrain_vla.data.images import ImageRows
+from raytrain_vla.data.lerobot import (
+    DatasetError,
+    LeRobotMeta,
+    column_to_numpy,
+    describe_episodes,
+    read_frames_table,
+)
 from raytrain_vla.data.plan import SamplePlan
 from raytrain_vla.data.transforms import BatchTransform, Normalizer
-from raytrain_vla.data.video import decode_frames
+from raytrain_vla.data.video import VideoDecodeError, decode_frames
 
 STATE, ACTION = "observation.state", "action"
 
@@ -71,11 +79,6 @@ class LeRobotSource:
             raise DatasetError(
                 f"{meta.root / 'meta' / 'info.json'}: features {missing} are required"
             )
-        if meta.image_keys:
-            raise DatasetError(
-                f"{meta.root}: image features {meta.image_keys} stored in parquet are not supported yet; "
-                "store cameras as video"
-            )
         table = read_frames_table(meta, ["episode_index", "timestamp", "task_index", STATE, ACTION])
         self.chunk_size = chunk_size
         self.state = column_to_numpy(table, STATE).astype(np.float32)
@@ -84,14 +87,16 @@ class LeRobotSource:
         self.task_index = column_to_numpy(table, "task_index").astype(np.int64)
         timestamp = column_to_numpy(table, "timestamp").astype(np.float64)
         self.episode_end = meta.episode_to_index[self.episode_of].astype(np.int64)
-        self.camera_keys = meta.video_keys
+        self.camera_keys = meta.camera_keys  # video and image features, in info.json order
+        self.image_rows = ImageRows(meta) if meta.image_keys else None
         self.video_paths: dict[str, list[str]] = {}
         self.video_file_of: dict[str, np.ndarray] = {}
         self.video_time: dict[str, np.ndarray] = {}
-        for key in self.camera_keys:
+        for key in meta.video_keys:
             files = [str(meta.video_file(key, e)) for e in range(meta.num_episodes)]
             paths = sorted(set(files))
-            file_id = np.array([paths.index(f) for f in files], dtype=np.int64)
+            path_id = {f: i for i, f in enumerate(paths)}
+            file_id = np.array([path_id[f] for f in files], dtype=np.int64)
             offset = np.array([meta.video_from_timestamp(key, e) for e in range(meta.num_episodes)])
             self.video_paths[key] = paths
             self.video_file_of[key] = file_id[self.episode_of]
@@ -111,13 +116,21 @@ class LeRobotSource:
             "task_index": self.task_index[ids],
         }
         for key in self.camera_keys:
+            if key not in self.video_paths:  # an image feature stored inside parquet
+                imgs = self.image_rows.read(key, ids, self.episode_of[ids])
+                out[f"image/{key}"] = np.ascontiguousarray(imgs.transpose(0, 3, 1, 2))
+                continue
             frames = None
             file_of = self.video_file_of[key][ids]
             for file_id in np.unique(file_of):
                 rows = np.flatnonzero(file_of == file_id)
-                decoded = decode_frames(
-                    self.video_paths[key][file_id], self.video_time[key][ids[rows]]
-                )
+                try:
+                    decoded = decode_frames(
+                        self.video_paths[key][file_id], self.video_time[key][ids[rows]]
+                    )
+                except VideoDecodeError as e:
+                    eps = describe_episodes(self.episode_of[ids[rows]])
+                    raise VideoDecodeError(f"{e}; feature {key!r}, {eps}") from e
                 if frames is None:
                     frames = np.empty((len(ids), *decoded.shape[1:]), dtype=np.uint8)
                 frames[rows] = decoded

@@ -1,0 +1,143 @@
+"""Bad datasets fail loudly, naming the file, the episode and the feature; `inspect` lists them all.
+
+Each case copies a small demo dataset (6 episodes in one data file and one video file) and
+breaks one thing. Errors are `DatasetError` or `VideoDecodeError` (both ValueError).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from raytrain_vla.data.__main__ import main
+from raytrain_vla.data.demo import write_demo_dataset
+from raytrain_vla.data.inspect import find_problems
+from raytrain_vla.data.lerobot import DatasetError, LeRobotMeta
+from raytrain_vla.data.random_access import open_dataset
+from raytrain_vla.data.source import LeRobotSource
+from raytrain_vla.data.video import VideoDecodeError, decode_frames, encode_video
+
+DATA = "data/chunk-000/file-000.parquet"
+VIDEO = "videos/observation.image/chunk-000/file-000.mp4"
+FEATURE = "feature 'observation.image'"
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory):
+    return write_demo_dataset(tmp_path_factory.mktemp("bad") / "demo", 6, 0)
+
+
+@pytest.fixture
+def demo(pristine, tmp_path):
+    return shutil.copytree(pristine, tmp_path / "demo")
+
+
+def _frame_of(root, episode: int) -> int:
+    meta = LeRobotMeta.load(root)
+    return int(meta.episode_from_index[episode]) + 1
+
+
+def _rewrite_column(root, name: str, rows: list) -> None:
+    path = root / DATA
+    table = pq.read_table(path)
+    col = pa.array(rows, type=pa.list_(pa.float32()))
+    pq.write_table(table.set_column(table.schema.get_field_index(name), name, col), path)
+
+
+def test_missing_video_file(demo):
+    (demo / VIDEO).unlink()
+    with pytest.raises(
+        DatasetError, match=rf"{re.escape(VIDEO)}: video file missing; {FEATURE}, episode 0"
+    ):
+        open_dataset(demo)
+    source = LeRobotSource(LeRobotMeta.load(demo), chunk_size=4)
+    with pytest.raises(
+        VideoDecodeError, match=rf"{re.escape(VIDEO)}: video file not found; {FEATURE}, episode 2"
+    ):
+        source.read(np.array([_frame_of(demo, 2)]))
+
+
+def test_truncated_video_file(demo):
+    data = (demo / VIDEO).read_bytes()
+    (demo / VIDEO).write_bytes(data[: len(data) // 2])
+    with pytest.raises(VideoDecodeError, match=rf"{re.escape(VIDEO)}: .*{FEATURE}, episode 3$"):
+        open_dataset(demo)[_frame_of(demo, 3)]
+    source = LeRobotSource(LeRobotMeta.load(demo), chunk_size=4)
+    with pytest.raises(VideoDecodeError, match=rf"{re.escape(VIDEO)}: .*{FEATURE}, episode 4$"):
+        source.read(np.array([_frame_of(demo, 4)]))
+
+
+def test_corrupt_parquet_file(demo):
+    (demo / DATA).write_bytes(b"PAR1 this is not parquet PAR1")
+    for opener in (open_dataset, lambda r: LeRobotSource(LeRobotMeta.load(r), 4)):
+        with pytest.raises(
+            DatasetError, match=rf"{re.escape(DATA)}: unreadable parquet .*episodes 0-5"
+        ):
+            opener(demo)
+
+
+def test_column_shape_disagrees_with_info(demo):
+    action = pq.read_table(demo / DATA)["action"].to_pylist()
+    episode = pq.read_table(demo / DATA)["episode_index"].to_numpy()
+    _rewrite_column(
+        demo, "action", [a + [0.0] if e == 3 else a for a, e in zip(action, episode, strict=True)]
+    )
+    msg = rf"{re.escape(DATA)}: column 'action' has rows of length \[2, 3\], info.json shape is \[2\]; in episode 3"
+    with pytest.raises(DatasetError, match=msg):
+        open_dataset(demo)
+    with pytest.raises(DatasetError, match=msg):
+        LeRobotSource(LeRobotMeta.load(demo), chunk_size=4)
+
+
+def test_unknown_feature_key_requested(demo):
+    with pytest.raises(
+        DatasetError, match=r"info\.json: delta_timestamps key 'observation.wrist' is not a feature"
+    ):
+        open_dataset(demo, {"action": [0.0], "observation.wrist": [0.0]})
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "episode"), [("observation.state", np.nan, 4), ("action", np.inf, 1)]
+)
+def test_non_finite_values(demo, name, value, episode):
+    table = pq.read_table(demo / DATA)
+    rows = table[name].to_pylist()
+    bad_row = int(np.flatnonzero(table["episode_index"].to_numpy() == episode)[2])
+    rows[bad_row][1] = value
+    _rewrite_column(demo, name, rows)
+    msg = rf"{re.escape(DATA)}: column '{re.escape(name)}' contains NaN or inf \(frame row {bad_row}\); in episode {episode}"
+    with pytest.raises(DatasetError, match=msg):
+        open_dataset(demo)
+    with pytest.raises(DatasetError, match=msg):
+        LeRobotSource(LeRobotMeta.load(demo), chunk_size=4)
+
+
+def test_inspect_reports_every_problem(demo, capsys):
+    assert main(["inspect", str(demo)]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("no problems found")
+
+    rows = pq.read_table(demo / DATA)["action"].to_pylist()
+    rows[0][0] = np.nan
+    _rewrite_column(demo, "action", rows)
+    frames = decode_frames(demo / VIDEO, np.arange(50) / 10)  # 74 frames: episodes 4-5 cut off
+    encode_video(demo / VIDEO, frames, 10)
+    (demo / "meta/stats.json").unlink()
+    problems = find_problems(demo)
+    assert len(problems) == 3, problems
+    assert re.search(r"column 'action' contains NaN or inf .*; in episode 0", problems[0])
+    assert re.search(
+        rf"{re.escape(VIDEO)}: video ends at 4.9s, before the last frame of episodes 4-5",
+        problems[1],
+    )
+    assert "stats.json: no statistics" in problems[2]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["inspect", str(demo)])
+    assert exit_info.value.code == 1
+    out = capsys.readouterr().out
+    assert "episodes: 6  frames: 74" in out and "stats: -" in out
+    assert out.rstrip().splitlines()[-4:] == ["3 problem(s):", *(f"  {p}" for p in problems)]
