@@ -17,7 +17,8 @@ from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig, TorchTrainer
 
 from raytrain_vla.config import Config, ConfigError, absolute_paths, parse_cli, to_dict
-from raytrain_vla.data.source import ensure_dataset
+from raytrain_vla.data.source import ensure_dataset, root_fingerprint
+from raytrain_vla.train.resume import check_resume, fresh_run_name
 from raytrain_vla.train.worker import run_dir_of, train_loop_per_worker
 
 
@@ -64,6 +65,15 @@ def build_trainer(cfg: Config) -> TorchTrainer:
     )
 
 
+def prepare_run(cfg: Config) -> None:
+    """Pick the run name and refuse a resume whose recipe or dataset changed; writes nothing."""
+    storage = Path(cfg.ray.storage_path)
+    if cfg.ray.resume == "never":
+        cfg.ray.run_name = fresh_run_name(storage, cfg.ray.run_name)
+        return
+    check_resume(cfg, storage / cfg.ray.run_name, root_fingerprint(cfg.data.root))
+
+
 def summarize(cfg: Config, metrics: dict, seconds: float) -> dict:
     run_dir = run_dir_of(cfg)
     summary = {
@@ -94,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     try:
         ensure_dataset(cfg.data)
+        prepare_run(cfg)
     except (ValueError, FileExistsError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -182,6 +182,7 @@ _CHOICES = {
     "optimizer.type": ("adamw",),
     "data.normalization": ("mean_std", "min_max", "quantile"),
     "logging.wandb_mode": ("offline", "online", "disabled"),
+    "ray.resume": ("auto", "never"),
 }
 
 

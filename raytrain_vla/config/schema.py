@@ -115,6 +115,9 @@ class RayConfig:
     resources_per_worker: dict[str, float] = field(default_factory=lambda: {"CPU": 1.0})
     storage_path: str = "./runs"
     run_name: str = "demo"
+    # auto: resume the run's latest checkpoint if there is one; never: start a new run under a
+    # fresh name (run_name plus a timestamp) and leave any existing run untouched.
+    resume: str = "auto"
     max_failures: int = 0
     num_to_keep: int = 2
 
@@ -132,6 +135,11 @@ class DebugConfig:
     # Fault injection for tests: make the loss NaN on one rank at one step.
     nan_loss_step: int = -1
     nan_loss_rank: int = 0
+    # SIGKILL rank `kill_rank` once, right after this step; or crash it inside this step's
+    # checkpoint write (after its shards are written, before the report).
+    kill_at_step: int = -1
+    crash_in_checkpoint_at_step: int = -1
+    kill_rank: int = 0
 
 
 @dataclass

@@ -8,6 +8,7 @@ stored inside parquet are read per task too, from the row groups that hold those
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,6 +53,15 @@ def dataset_fingerprint(meta: LeRobotMeta) -> str:
             if path.is_file():
                 h.update(f"{path.relative_to(meta.root)}:{path.stat().st_size}".encode())
     return h.hexdigest()[:16]
+
+
+def root_fingerprint(root: str | Path) -> str:
+    """The fingerprint a run records for `data.root`; shards report their source dataset's."""
+    root = Path(root)
+    manifest = root / "shards.json"
+    if manifest.is_file():
+        return str(json.loads(manifest.read_text())["source_fingerprint"])
+    return dataset_fingerprint(LeRobotMeta.load(root))
 
 
 def split_episodes(num_episodes: int, val_fraction: float, val_episodes: list[int]) -> np.ndarray:

@@ -27,6 +27,7 @@ from raytrain_vla.data.source import DatasetView
 from raytrain_vla.export import write_policy
 from raytrain_vla.models.flow_vla import flow_noise_and_time
 from raytrain_vla.models.registry import build_model
+from raytrain_vla.train import faults
 from raytrain_vla.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
 from raytrain_vla.train.fsdp import apply_fsdp
 from raytrain_vla.train.metrics import MetricsLogger
@@ -176,12 +177,14 @@ def train_loop_per_worker(config_dict: dict) -> None:
                     to_yaml(cfg),
                     view.normalizer.to_dict(),
                 )
+                faults.in_checkpoint_write(cfg.debug, done, rank, run_dir)
                 report = {
                     "step": done,
                     **{k: v for k, v in metrics.items() if "/" not in k},
                     **val_metrics,
                 }
                 ray.train.report(report, checkpoint=ray.train.Checkpoint.from_directory(tmp))
+        faults.after_step(cfg.debug, done, rank, run_dir)
         if window_steps == 0:
             window_start = time.perf_counter()  # validation and checkpoints stay out of step timing
     _export(cfg, model, view, kwargs, run_dir, rank)

@@ -1,0 +1,407 @@
+"""Arrow/Parquet shards: LeRobot samples precomputed once, so training reads rows, not videos.
+
+Layout of a shards directory OUT (see docs/shards.md):
+
+    OUT/meta/...                     copy of the source dataset's meta/ (LeRobotMeta.load(OUT) works)
+    OUT/shards.json                  manifest: version, chunk_size, image format, cameras, dims,
+                                     sample count, source fingerprint, shard list with id ranges
+    OUT/shards/shard-00000.parquet   one row per sample, sorted by sample_id (= LeRobot `index`):
+        sample_id, episode_index, frame_index, timestamp, task_index, state [S], actions
+        [chunk][A], action_is_pad [chunk], task_tokens [max_text_len] int16, image/<key>
+
+Every frame of every episode is a sample (train and val alike), so the plan, split and
+normaliser code see the same ids as on the LeRobot source. Images are raw CHW uint8
+(`fixed_size_binary`) or lossless PNG (PyAV's `png` codec), so `ShardSource.read` returns
+exactly what `LeRobotSource.read` returns, pixel for pixel. Decoding video once at convert time
+instead of every epoch is the point: a shard read is a parquet row-group read plus `take`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from functools import cached_property
+from pathlib import Path
+
+import av
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from raytrain_vla.data.lerobot import DatasetError, LeRobotMeta, column_to_numpy, read_frames_table
+from raytrain_vla.data.source import LeRobotSource, dataset_fingerprint
+
+MANIFEST = "shards.json"
+FORMAT_VERSION = 1
+IMAGE_FORMATS = ("raw", "png")
+ROW_GROUP_SIZE = 256  # rows decoded together on read: small, so a read touches little extra
+_MANIFEST_KEYS = ("chunk_size", "image_format", "cameras", "state_dim", "action_dim")
+_MANIFEST_KEYS += ("num_samples", "source_fingerprint", "shards")
+_PIX_FMT = {1: "gray", 3: "rgb24", 4: "rgba"}
+_CACHE_SIZE = 16
+_OPEN: OrderedDict[tuple, tuple[pq.ParquetFile, np.ndarray]] = OrderedDict()  # per process
+
+
+# -- writing -------------------------------------------------------------------------------
+def _fixed_list(flat: np.ndarray, *sizes: int) -> pa.Array:
+    """Nested fixed-size lists over a flat buffer, innermost size last."""
+    arr: pa.Array = pa.array(np.ascontiguousarray(flat).reshape(-1))
+    for size in reversed(sizes):
+        arr = pa.FixedSizeListArray.from_arrays(arr, size)
+    return arr
+
+
+def encode_png(images_chw: np.ndarray) -> list[bytes]:
+    """Lossless PNG bytes per (C, H, W) uint8 image, via PyAV (no Pillow dependency)."""
+    n, c, h, w = images_chw.shape
+    if c not in _PIX_FMT:
+        raise DatasetError(f"PNG shards support 1, 3 or 4 channels, got {c}")
+    ctx = av.CodecContext.create("png", "w")
+    ctx.width, ctx.height, ctx.pix_fmt = w, h, _PIX_FMT[c]
+    out = []
+    for img in images_chw:
+        hwc = img[0] if c == 1 else img.transpose(1, 2, 0)
+        packets = ctx.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(hwc), _PIX_FMT[c]))
+        out.append(b"".join(bytes(p) for p in packets))
+    return out
+
+
+def decode_png(data: list[bytes], shape: tuple[int, int, int], where: str) -> np.ndarray:
+    """(N, C, H, W) uint8 from PNG bytes; one decoder per image (a reused one corrupts frames)."""
+    c, h, w = shape
+    out = np.empty((len(data), c, h, w), dtype=np.uint8)
+    for i, blob in enumerate(data):
+        frames = av.CodecContext.create("png", "r").decode(av.Packet(blob))
+        img = frames[0].to_ndarray(format=_PIX_FMT[c]) if frames else np.empty(0)
+        if img.size != c * h * w or img.shape[:2] != (h, w):
+            raise DatasetError(f"{where}: PNG image {i} does not decode to CHW {list(shape)}")
+        out[i] = img.reshape(h, w, c).transpose(2, 0, 1)
+    return out
+
+
+_SCALARS = {"sample_id": np.int64, "episode_index": np.int64, "frame_index": np.int64}
+_SCALARS |= {"timestamp": np.float32, "task_index": np.int64}
+_LISTS = {"state": np.float32, "actions": np.float32, "action_is_pad": bool}
+_LISTS |= {"task_tokens": np.int16}
+
+
+def sample_table(cols: dict[str, np.ndarray], cameras: list[str], image_format: str) -> pa.Table:
+    """One parquet table from shard columns (LeRobotSource.read + episode/frame/time/tokens)."""
+    arrays = {k: pa.array(cols[k].astype(t)) for k, t in _SCALARS.items()}
+    arrays |= {k: _fixed_list(cols[k].astype(t), *cols[k].shape[1:]) for k, t in _LISTS.items()}
+    for key in cameras:
+        img = np.ascontiguousarray(cols[f"image/{key}"], dtype=np.uint8)
+        if image_format == "png":
+            arrays[f"image/{key}"] = pa.array(encode_png(img), pa.binary())
+        else:  # fixed_size_binary over the CHW bytes: no copy, no per-row objects
+            width = int(np.prod(img.shape[1:]))
+            buffers = [None, pa.py_buffer(img.reshape(-1))]
+            arrays[f"image/{key}"] = pa.FixedSizeBinaryArray.from_buffers(
+                pa.binary(width), len(img), buffers
+            )
+    return pa.table(arrays)
+
+
+def write_shard(
+    path: Path,
+    batches: Iterable[dict[str, np.ndarray]],
+    camera_keys: list[str],
+    image_format: str,
+    row_group_size: int = ROW_GROUP_SIZE,
+) -> dict:
+    """Write consecutive sample batches as one parquet file; returns its manifest entry."""
+    writer, ids = None, []
+    try:
+        for cols in batches:
+            table = sample_table(cols, camera_keys, image_format)
+            if writer is None:  # zstd everywhere: it passes incompressible PNG bytes through
+                stats = ["sample_id", "episode_index", "frame_index", "task_index"]
+                writer = pq.ParquetWriter(path, table.schema, compression="zstd",
+                                          use_dictionary=False, write_statistics=stats)  # fmt: skip
+            writer.write_table(table, row_group_size=row_group_size)
+            ids.append(cols["sample_id"])
+    finally:
+        if writer is not None:
+            writer.close()
+    ids_all = np.concatenate(ids) if ids else np.empty(0, np.int64)
+    if not len(ids_all) or not np.array_equal(ids_all, np.arange(ids_all[0], ids_all[-1] + 1)):
+        raise DatasetError(f"{path}: a shard must hold a non-empty contiguous run of sample ids")
+    return {
+        "file": f"shards/{path.name}",
+        "first_sample_id": int(ids_all[0]),
+        "last_sample_id": int(ids_all[-1]),
+        "num_rows": len(ids_all),
+    }
+
+
+def shard_batches(
+    meta: LeRobotMeta, chunk_size: int, max_text_len: int, rows: int
+) -> tuple[list[str], Callable[[int, int], Iterator[dict[str, np.ndarray]]]]:
+    """Camera keys and `batches(start, stop)`: shard columns, `rows` samples at a time."""
+    from raytrain_vla.models.tokenizer import tokenize
+
+    source = LeRobotSource(meta, chunk_size)
+    frames = read_frames_table(meta, ["frame_index", "timestamp"])
+    frame_index, timestamp = (column_to_numpy(frames, k) for k in ("frame_index", "timestamp"))
+    tokens = tokenize(meta.tasks, max_text_len)[0].numpy().astype(np.int16)
+
+    def batches(start: int, stop: int) -> Iterator[dict[str, np.ndarray]]:
+        for lo in range(start, stop, rows):
+            ids = np.arange(lo, min(lo + rows, stop), dtype=np.int64)
+            cols = source.read(ids)
+            cols |= {"episode_index": source.episode_of[ids], "frame_index": frame_index[ids]}
+            cols |= {"timestamp": timestamp[ids], "task_tokens": tokens[cols["task_index"]]}
+            yield cols
+
+    return source.camera_keys, batches
+
+
+def build_manifest(
+    meta: LeRobotMeta,
+    camera_keys: list[str],
+    chunk_size: int,
+    image_format: str,
+    max_text_len: int,
+    shards: list[dict],
+    row_group_size: int = ROW_GROUP_SIZE,
+) -> dict:
+    """The shards.json content; checks that the shards cover every sample exactly once."""
+    _check_cover(shards, meta.total_frames, "shards")
+    m = {"format": "raytrain_vla.shards", "version": FORMAT_VERSION, "chunk_size": chunk_size}
+    m |= {"image_format": image_format, "max_text_len": max_text_len}
+    m["cameras"] = {k: list(meta.camera_shape(k)) for k in camera_keys}
+    m |= {"state_dim": meta.state_dim, "action_dim": meta.action_dim}
+    m |= {"num_samples": meta.total_frames, "num_episodes": meta.num_episodes}
+    m |= {"source_fingerprint": dataset_fingerprint(meta), "source_root": str(meta.root)}
+    return m | {"row_group_size": row_group_size, "shards": shards}
+
+
+def _write_with_ray(
+    write_range: Callable[[int, int, int], dict], ranges: list[tuple[int, int, int]]
+) -> list[dict]:
+    """One Ray Data task per shard; file names depend on the range index only."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(include_dashboard=False)
+
+    def write(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        entries = []
+        for i, a, b in zip(batch["index"], batch["start"], batch["stop"], strict=True):
+            try:
+                entries.append(write_range(int(i), int(a), int(b)))
+            except ValueError as e:  # bad data: report it plainly, not as a Ray traceback
+                entries.append({"error": f"{e}"})
+        return {"entry": np.array([json.dumps(e) for e in entries], dtype=object)}
+
+    items = [{"index": i, "start": a, "stop": b} for i, a, b in ranges]
+    ds = ray.data.from_items(items, override_num_blocks=len(items))
+    entries = [json.loads(r["entry"]) for r in ds.map_batches(write, batch_size=1).take_all()]
+    for e in entries:
+        if "error" in e:
+            raise DatasetError(e["error"])
+    return entries
+
+
+def convert_to_shards(
+    root: str | os.PathLike,
+    out: str | os.PathLike,
+    chunk_size: int = 8,
+    image_format: str = "raw",
+    samples_per_shard: int = 4096,
+    max_text_len: int = 48,
+    use_ray: bool = True,
+    row_group_size: int = ROW_GROUP_SIZE,
+) -> dict:
+    """Convert a LeRobot dataset to shards at `out` (built in a hidden sibling, then renamed).
+
+    `use_ray=False` writes the shards in this process (unit tests); otherwise each shard is a
+    Ray Data task, joining the running Ray or starting a local one. Returns the manifest.
+    """
+    root, out = Path(root).expanduser(), Path(out).expanduser()
+    if image_format not in IMAGE_FORMATS:
+        raise DatasetError(f"image format {image_format!r} is not one of {IMAGE_FORMATS}")
+    if min(chunk_size, samples_per_shard, max_text_len, row_group_size) < 1:
+        raise DatasetError("chunk_size, samples_per_shard, max_text_len, row groups must be >= 1")
+    if (root / MANIFEST).exists():
+        raise DatasetError(f"{root}: already a shards directory; convert from the LeRobot dataset")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(f"{out} already exists and is not empty; refusing to overwrite it")
+    meta = LeRobotMeta.load(root)
+    cameras, batches = shard_batches(meta, chunk_size, max_text_len, row_group_size)
+    n = meta.total_frames
+    ranges = [
+        (i, a, min(a + samples_per_shard, n)) for i, a in enumerate(range(0, n, samples_per_shard))
+    ]
+    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir(parents=True)
+
+    def write_range(index: int, start: int, stop: int) -> dict:  # deterministic name per range
+        path = tmp / "shards" / f"shard-{index:05d}.parquet"
+        return write_shard(path, batches(start, stop), cameras, image_format, row_group_size)
+
+    try:
+        shutil.copytree(root / "meta", tmp / "meta")
+        (tmp / "shards").mkdir()
+        if use_ray:
+            entries = _write_with_ray(write_range, ranges)
+        else:
+            entries = [write_range(*r) for r in ranges]
+        entries.sort(key=lambda e: e["first_sample_id"])
+        args = (image_format, max_text_len, entries, row_group_size)
+        manifest = build_manifest(meta, cameras, chunk_size, *args)
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+        if out.exists():
+            out.rmdir()  # empty (checked above); rename needs the name free
+        os.rename(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return manifest
+
+
+def _check_cover(shards: list[dict], n: int, where: str) -> None:
+    """Shard id ranges must tile 0..n-1 in order, or ids would map to the wrong rows."""
+    expect = 0
+    for e in shards:
+        if e["first_sample_id"] != expect or e["last_sample_id"] - expect + 1 != e["num_rows"]:
+            raise DatasetError(f"{where}: {e['file']} does not continue the ids at {expect}")
+        expect = e["last_sample_id"] + 1
+    if expect != n:
+        raise DatasetError(f"{where}: shards cover {expect} samples, the dataset has {n}")
+
+
+# -- reading -------------------------------------------------------------------------------
+def load_manifest(root: Path) -> dict:
+    path = root / MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DatasetError(f"{path}: missing; not a shards directory") from None
+    except (OSError, ValueError) as e:
+        raise DatasetError(f"{path}: unreadable manifest ({e})") from e
+    if not isinstance(manifest, dict) or manifest.get("version") != FORMAT_VERSION:
+        got = manifest.get("version") if isinstance(manifest, dict) else None
+        raise DatasetError(f"{path}: shards format version {got!r}, expected {FORMAT_VERSION}")
+    missing = [k for k in _MANIFEST_KEYS if k not in manifest]
+    if missing:
+        raise DatasetError(f"{path}: missing key(s) {missing}")
+    return manifest
+
+
+def _open_shard(path: str) -> tuple[pq.ParquetFile, np.ndarray]:
+    """A cached open parquet file plus its row-group start rows (LRU, per process)."""
+    st = os.stat(path)
+    key = (path, st.st_mtime_ns, st.st_size)
+    if key in _OPEN:
+        _OPEN.move_to_end(key)
+        return _OPEN[key]
+    try:
+        pf = pq.ParquetFile(path, memory_map=True)
+    except (OSError, pa.ArrowException) as e:
+        raise DatasetError(f"{path}: unreadable shard ({e})") from e
+    sizes = [pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)]
+    _OPEN[key] = (pf, np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
+    while len(_OPEN) > _CACHE_SIZE:
+        _OPEN.popitem(last=False)[1][0].close()
+    return _OPEN[key]
+
+
+class ShardSource:
+    """Reads samples by id from shards; carries paths and id ranges only, never the data."""
+
+    def __init__(self, root: str | os.PathLike, chunk_size: int):
+        self.root = Path(root).expanduser()
+        m = load_manifest(self.root)
+        if int(m["chunk_size"]) != chunk_size:
+            raise DatasetError(
+                f"{self.root / MANIFEST}: shards were written with chunk_size {m['chunk_size']} "
+                f"but chunk_size {chunk_size} was requested; convert again or use {m['chunk_size']}"
+            )
+        self.chunk_size = chunk_size
+        self.image_format = str(m["image_format"])
+        self.cameras = {k: tuple(int(s) for s in v) for k, v in m["cameras"].items()}
+        self.camera_keys = list(self.cameras)
+        self.fingerprint = str(m["source_fingerprint"])
+        self.num_samples = int(m["num_samples"])
+        self.state_dim, self.action_dim = int(m["state_dim"]), int(m["action_dim"])
+        self.files = [str(self.root / e["file"]) for e in m["shards"]]  # absolute: picklable
+        self.first_ids = np.array([e["first_sample_id"] for e in m["shards"]], dtype=np.int64)
+        _check_cover(m["shards"], self.num_samples, str(self.root / MANIFEST))
+        meta = LeRobotMeta.load(self.root)
+        if meta.total_frames != self.num_samples:
+            raise DatasetError(
+                f"{self.root}: shards.json has {self.num_samples} samples, "
+                f"meta/info.json {meta.total_frames} frames"
+            )
+        self.episode_ends = meta.episode_to_index.astype(np.int64)
+
+    @cached_property
+    def episode_of(self) -> np.ndarray:
+        """Episode of every sample, rebuilt from meta/ (not pickled: it grows with the data)."""
+        return np.repeat(np.arange(len(self.episode_ends)), np.diff(self.episode_ends, prepend=0))
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("episode_of", None)
+        return state
+
+    def _read_rows(self, shard: int, rows: np.ndarray) -> pa.Table:
+        """Rows of one shard in the given order, reading only the row groups that hold them."""
+        pf, starts = _open_shard(self.files[shard])
+        group_of = np.searchsorted(starts, rows, side="right") - 1
+        groups = np.unique(group_of)
+        names = ["sample_id", "state", "actions", "action_is_pad", "task_index"]
+        table = pf.read_row_groups(groups.tolist(), names + [f"image/{k}" for k in self.cameras])
+        sizes = starts[groups + 1] - starts[groups]
+        first_in_table = np.cumsum(sizes) - sizes  # where each read group starts in `table`
+        local = first_in_table[np.searchsorted(groups, group_of)] + rows - starts[group_of]
+        return table.take(pa.array(local))
+
+    def _columns(self, table: pa.Table, where: str) -> dict[str, np.ndarray]:
+        n, chunk = table.num_rows, self.chunk_size
+        shapes = {"sample_id": (), "state": (self.state_dim,), "actions": (chunk, self.action_dim)}
+        shapes |= {"action_is_pad": (chunk,), "task_index": ()}  # LeRobotSource's column order
+        out = {}
+        for key, shape in shapes.items():
+            values = table[key].combine_chunks()
+            for _ in shape:  # flatten() respects slicing offsets, unlike .values
+                values = values.flatten()
+            dtype = _SCALARS.get(key) or _LISTS[key]
+            out[key] = values.to_numpy(zero_copy_only=False).reshape(n, *shape).astype(dtype)
+        for key, shape in self.cameras.items():
+            col = table[f"image/{key}"].combine_chunks()
+            if self.image_format == "png":
+                out[f"image/{key}"] = decode_png(col.to_pylist(), shape, f"{where} {key}")
+            elif n:
+                width = int(np.prod(shape))
+                flat = np.frombuffer(col.buffers()[1], np.uint8, n * width, col.offset * width)
+                out[f"image/{key}"] = flat.reshape(n, *shape).copy()
+            else:
+                out[f"image/{key}"] = np.empty((0, *shape), np.uint8)
+        return out
+
+    def read(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
+        """The same columns, dtypes and values as `LeRobotSource.read(sample_ids)`."""
+        ids = np.asarray(sample_ids, dtype=np.int64)
+        bad = ids[(ids < 0) | (ids >= self.num_samples)]
+        if len(bad):
+            raise DatasetError(
+                f"{self.root}: ids {bad[:5].tolist()} not in 0..{self.num_samples - 1}"
+            )
+        shard = np.searchsorted(self.first_ids, ids, side="right") - 1
+        out: dict[str, np.ndarray] = {}
+        for s in np.unique(shard) if len(ids) else [0]:  # no ids: typed empty columns
+            sel = np.flatnonzero(shard == s)
+            rows = self._read_rows(int(s), ids[sel] - self.first_ids[s])
+            part = self._columns(rows, self.files[s])
+            if not np.array_equal(part["sample_id"], ids[sel]):  # cheap guard against bad files
+                raise DatasetError(f"{self.files[s]}: rows disagree with the ids in {MANIFEST}")
+            for key, value in part.items():
+                if key not in out:
+                    out[key] = np.empty((len(ids), *value.shape[1:]), dtype=value.dtype)
+                out[key][sel] = value
+        return out

@@ -1,0 +1,41 @@
+"""Fault injection for the reliability tests: a worker SIGKILL, a crash inside a checkpoint write.
+
+Each fault fires once per run directory (a marker file records it), so the restarted attempt
+runs clean and the test can compare it with an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from raytrain_vla.config.schema import DebugConfig
+
+
+def _once(run_dir: Path, name: str) -> bool:
+    """True the first time `name` is claimed for this run directory."""
+    marker = run_dir / f".fault_{name}"
+    try:
+        with marker.open("x") as f:
+            f.write(str(time.time()))
+    except FileExistsError:
+        return False
+    return True
+
+
+def after_step(cfg: DebugConfig, step: int, rank: int, run_dir: Path) -> None:
+    """SIGKILL this worker process once, right after optimizer step `cfg.kill_at_step`."""
+    if step == cfg.kill_at_step and rank == cfg.kill_rank and _once(run_dir, f"kill_{step}"):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def in_checkpoint_write(cfg: DebugConfig, step: int, rank: int, run_dir: Path) -> None:
+    """Crash once between writing this rank's shards and reporting the checkpoint."""
+    if (
+        step == cfg.crash_in_checkpoint_at_step
+        and rank == cfg.kill_rank
+        and _once(run_dir, f"ckpt_{step}")
+    ):
+        raise RuntimeError(f"injected crash while writing the checkpoint of step {step}")

@@ -1,0 +1,96 @@
+"""Resume rules, checked on the driver before Ray Train writes anything into the run directory.
+
+A run directory is resumed when its latest registered checkpoint was made with the same recipe
+(every config key outside `RESUMABLE_KEYS`) and the same dataset fingerprint. Otherwise the
+resume is refused with each differing key and its old and new value.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import yaml
+
+from raytrain_vla.config import Config, recipe_hash, to_dict
+from raytrain_vla.config.loader import RESUMABLE_KEYS
+from raytrain_vla.train.checkpoint import CONFIG, read_train_state
+
+SNAPSHOT = "checkpoint_manager_snapshot.json"  # Ray Train's record of registered checkpoints
+
+
+class ResumeRefused(ValueError):
+    """The run directory holds a checkpoint of a different recipe or dataset."""
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The checkpoint Ray Train would resume from, or None for a new run."""
+    snapshot = run_dir / SNAPSHOT
+    if not snapshot.is_file():
+        return None
+    latest = json.loads(snapshot.read_text()).get("latest_checkpoint_result")
+    if not latest:
+        return None
+    return run_dir / latest["checkpoint_dir_name"]
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(_flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def _resumable(key: str) -> bool:
+    return any(key == k or key.startswith(k + ".") for k in RESUMABLE_KEYS)
+
+
+def recipe_differences(old: dict, new: dict) -> list[str]:
+    """`key: old -> new` for every recipe key whose value changed."""
+    a, b = _flatten(old), _flatten(new)
+    diffs = []
+    for key in sorted(set(a) | set(b)):
+        if _resumable(key) or a.get(key) == b.get(key):
+            continue
+        diffs.append(f"{key}: {a.get(key, '<absent>')!r} -> {b.get(key, '<absent>')!r}")
+    return diffs
+
+
+def check_resume(cfg: Config, run_dir: Path, dataset_fingerprint: str) -> Path | None:
+    """Raise ResumeRefused when the latest checkpoint is not this recipe on this dataset."""
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is None:
+        return None
+    state = read_train_state(ckpt)
+    problems = []
+    if state.config_hash != recipe_hash(cfg):
+        old = yaml.safe_load((ckpt / CONFIG).read_text())
+        problems += recipe_differences(old, to_dict(cfg)) or ["recipe hash differs"]
+    if state.dataset_fingerprint != dataset_fingerprint:
+        problems.append(
+            f"dataset fingerprint: {state.dataset_fingerprint!r} -> {dataset_fingerprint!r}"
+        )
+    if problems:
+        raise ResumeRefused(
+            f"{run_dir}: refusing to resume run '{cfg.ray.run_name}' at step {state.step}: "
+            + "; ".join(problems)
+            + " (use another --ray.run_name, or --ray.resume=never to start a new run)"
+        )
+    return ckpt
+
+
+def fresh_run_name(storage: Path, name: str) -> str:
+    """`name` if unused, else `name-YYYYmmdd-HHMMSS[-n]`: an existing run is never overwritten."""
+    if not (storage / name).exists():
+        return name
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    candidate, n = f"{name}-{stamp}", 1
+    while (storage / candidate).exists():
+        n += 1
+        candidate = f"{name}-{stamp}-{n}"
+    return candidate

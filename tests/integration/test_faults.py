@@ -1,0 +1,149 @@
+"""Failures cost only the time since the last checkpoint: nothing lost, repeated or changed.
+
+Every faulty run is compared with one uninterrupted reference run of the same recipe: the
+exported weights must be bitwise equal and the committed per-step sample ids identical.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from raytrain_vla import run
+from raytrain_vla.train.resume import latest_checkpoint
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+STEPS = 8  # checkpoints at 3 and 6 (save_interval=3) and 8
+DEBUG = "--debug.log_sample_ids=true"
+
+
+def committed_ids(run_dir: Path) -> dict[tuple[int, int], list[int]]:
+    """Per (step, rank) ids of the attempt that finished: a redone step overwrites the earlier try."""
+    out = {}
+    for line in (run_dir / "samples.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        out[(row["step"], row["rank"])] = row["ids"]
+    return out
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in rows if r["kind"] == "train"}
+
+
+def assert_same_weights(a: Path, b: Path) -> None:
+    wa, wb = (
+        load_file(str(a / "export" / "model.safetensors")),
+        load_file(str(b / "export" / "model.safetensors")),
+    )
+    assert wa.keys() == wb.keys()
+    for key in wa:
+        np.testing.assert_array_equal(wa[key], wb[key], err_msg=key)
+
+
+@pytest.fixture(scope="module")
+def reference(demo_root, tmp_path_factory):
+    storage = tmp_path_factory.mktemp("reference")
+    args = _args(demo_root, storage, "reference", STEPS, DEBUG)
+    assert run.main(args) == 0
+    return storage / "reference"
+
+
+def _args(demo_root, storage, name, steps, *extra):
+    return [
+        f"--data.root={demo_root}",
+        "--data.val_fraction=0.1",
+        "--data.val_max_samples=64",
+        f"--train.steps={steps}",
+        "--train.global_batch_size=16",
+        "--train.micro_batch_size=8",
+        "--train.log_interval=1",
+        "--train.val_interval=1000",
+        "--train.save_interval=3",
+        "--scheduler.type=constant",
+        "--scheduler.warmup_steps=2",
+        f"--ray.storage_path={storage}",
+        f"--ray.run_name={name}",
+        "--logging.wandb_mode=disabled",
+        "--logging.console=false",
+        *extra,
+    ]
+
+
+def test_worker_sigkill_mid_run_recovers_bitwise(reference, demo_root, tmp_path):
+    args = _args(demo_root, tmp_path, "killed", STEPS, DEBUG, "--ray.max_failures=1")
+    assert run.main([*args, "--debug.kill_at_step=4", "--debug.kill_rank=1"]) == 0
+    run_dir = tmp_path / "killed"
+    assert (run_dir / ".fault_kill_4").exists()
+    rows = [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()]
+    assert sum(r["step"] == 3 and r["rank"] == 1 for r in rows) == 2, "step 4 (index 3) was redone"
+    assert committed_ids(run_dir) == committed_ids(reference)
+    assert_same_weights(run_dir, reference)
+
+
+def test_crash_during_checkpoint_write_resumes_from_previous(reference, demo_root, tmp_path):
+    args = _args(demo_root, tmp_path, "ckpt_crash", STEPS, DEBUG, "--ray.max_failures=1")
+    assert run.main([*args, "--debug.crash_in_checkpoint_at_step=6", "--debug.kill_rank=1"]) == 0
+    run_dir = tmp_path / "ckpt_crash"
+    rows = [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()]
+    # Steps after the step-3 checkpoint ran twice: the step-6 checkpoint was never registered.
+    assert sum(r["step"] == 3 and r["rank"] == 0 for r in rows) == 2
+    snapshot = json.loads((run_dir / "checkpoint_manager_snapshot.json").read_text())
+    for result in snapshot["checkpoint_results"]:
+        ckpt = run_dir / result["checkpoint_dir_name"]
+        assert {"train_state.json", ".metadata", "__0_0.distcp", "__1_0.distcp"} <= {
+            p.name for p in ckpt.iterdir()
+        }
+    assert (
+        json.loads((latest_checkpoint(run_dir) / "train_state.json").read_text())["step"] == STEPS
+    )
+    assert committed_ids(run_dir) == committed_ids(reference)
+    assert_same_weights(run_dir, reference)
+
+
+def test_validation_has_no_side_effects(reference, demo_root, tmp_path):
+    assert (
+        run.main(_args(demo_root, tmp_path, "with_val", STEPS, DEBUG, "--train.val_interval=2"))
+        == 0
+    )
+    run_dir = tmp_path / "with_val"
+    assert losses(run_dir) == losses(reference)
+    assert_same_weights(run_dir, reference)
+
+
+def test_changed_recipe_is_refused_before_anything_is_written(reference, demo_root, capsys):
+    storage = reference.parent
+    before = {p: p.stat().st_mtime_ns for p in reference.rglob("*")}
+    args = _args(
+        demo_root,
+        storage,
+        "reference",
+        STEPS + 1,
+        "--optimizer.lr=0.5",
+        "--scheduler.warmup_steps=3",
+    )
+    assert run.main(args) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert (
+        len(err) == 1
+        and "optimizer.lr: 0.001 -> 0.5" in err[0]
+        and "scheduler.warmup_steps: 2 -> 3" in err[0]
+    )
+    assert {p: p.stat().st_mtime_ns for p in reference.rglob("*")} == before
+    # --ray.resume=never starts the changed recipe under a new name and leaves the old run alone.
+    assert (
+        run.main(
+            [*_args(demo_root, storage, "reference", 2, "--optimizer.lr=0.5"), "--ray.resume=never"]
+        )
+        == 0
+    )
+    assert {p: p.stat().st_mtime_ns for p in reference.rglob("*")} == before
+    fresh = [p for p in storage.iterdir() if p.name.startswith("reference-")]
+    assert len(fresh) == 1 and (fresh[0] / "export" / "model.safetensors").exists()
+    # A changed worker count is not a recipe change: the run resumes at the next step.
+    assert run.main(_args(demo_root, storage, "reference", STEPS + 1, "--ray.num_workers=1")) == 0
+    assert max(losses(reference)) == STEPS + 1
