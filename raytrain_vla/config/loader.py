@@ -251,6 +251,12 @@ def check_batch_layout(global_batch: int, micro_batch: int, world_size: int) -> 
 
 def absolute_paths(cfg: Config) -> Config:
     """Resolve local paths where the user typed them: Ray workers run in their own directories."""
+    for key, value in (("ray.storage_path", cfg.ray.storage_path), ("data.root", cfg.data.root)):
+        if "://" in value:
+            raise ConfigError(
+                f"'{key}': {value!r} is a URI; metrics, exports and datasets are read and written as "
+                "files, so use a path every node mounts (NFS/EFS, or the bucket mounted with a FUSE driver)"
+            )
     cfg.ray.storage_path = str(Path(cfg.ray.storage_path).expanduser().resolve())
     cfg.data.root = str(Path(cfg.data.root).expanduser().resolve())
     return cfg

@@ -34,11 +34,28 @@ def find_problems(root: str | Path) -> list[str]:
     except DatasetError as e:
         return [str(e)]  # without consistent metadata nothing else can be located
     out = _feature_problems(meta)
+    if (meta.root / "shards.json").is_file():
+        return out + _shard_problems(meta) + _stats_problems(meta)
     for path, eps in meta.data_files().items():
         out += _data_file_problems(meta, path, eps)
     for key in meta.video_keys:
         out += _video_problems(meta, key)
     return out + _stats_problems(meta)
+
+
+def _shard_problems(meta: LeRobotMeta) -> list[str]:
+    """A shard directory (data/arrow.py) has no data/ or videos/: check its manifest and files."""
+    from raytrain_vla.data.arrow import load_manifest
+
+    try:
+        manifest = load_manifest(meta.root)
+    except (DatasetError, ValueError, KeyError) as e:
+        return [str(e)]
+    return [
+        f"{meta.root / entry['file']}: shard file missing"
+        for entry in manifest["shards"]
+        if not (meta.root / entry["file"]).is_file()
+    ]
 
 
 def _feature_problems(meta: LeRobotMeta) -> list[str]:

@@ -81,3 +81,8 @@ def test_relative_paths_are_resolved_on_the_driver(tmp_path, monkeypatch):
     cfg = absolute_paths(parse_cli(["--ray.storage_path=runs", "--data.root=data/x"]))
     assert cfg.ray.storage_path == str(tmp_path / "runs")
     assert cfg.data.root == str(tmp_path / "data" / "x")
+
+
+def test_uri_storage_is_refused_with_the_key_named():
+    with pytest.raises(ConfigError, match="'ray.storage_path': 's3://b/runs' is a URI"):
+        absolute_paths(parse_cli(["--ray.storage_path=s3://b/runs"]))
