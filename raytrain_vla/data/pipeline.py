@@ -48,6 +48,9 @@ class Postprocess(Protocol):
 def _configure_context() -> None:
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True
+    # A segment is one map operator over in-memory items: the per-operator resource reservation
+    # protects nothing here, and on small nodes it serialises the segment's read tasks.
+    ctx.op_resource_reservation_enabled = False
     # One small execution per segment: banners, stats and progress bars would drown the log.
     ctx.enable_progress_bars = False
     ctx.print_on_execution_start = False

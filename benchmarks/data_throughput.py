@@ -1,0 +1,355 @@
+"""Video data throughput: our Ray Data pipeline vs a LeRobot-style DataLoader vs raw decoding.
+
+On a cached, LeRobot-encoded dataset (2 cameras, AV1 GOP 2 crf 30 by default, plus an h264
+variant with a long GOP), one run measures side by side:
+
+1. ours: the training plan for one rank through `iter_rank_batches(LeRobotSource(...))`;
+2. baseline: a shuffled torch DataLoader that opens, seeks and decodes every camera per sample
+   (LeRobot's access pattern), with as many workers as the pipeline gets CPUs;
+3. raw: one process decoding the same video files sequentially to RGB (the decoder's ceiling:
+   the better of PyAV's defaults and single-threaded decoder + swscale, which is faster here);
+4. resume: time to the first batch when the work list starts at 90% of an epoch vs at 0%.
+
+It prints one JSON object with every figure and the ratios ours/baseline, ours/raw and
+resume90/resume0 per variant (targets: >= 5, >= 0.5, <= 1.2). Absolute rates depend on the
+machine and its load; the ratios are the result.
+
+`ours` drives the pipeline exactly as training does (read tasks of 512 samples, 4 per segment,
+Ray Data's default context). Two more rows show the changes proposed for `pipeline.py`:
+`ours_no_reservation` turns off Ray Data's operator resource reservation, which on a small
+cluster lets only one read task run at a time; `..._window_tasks` also cuts one read task per
+shuffle window (its samples then cover whole spans, so each span is decoded once).
+
+    python benchmarks/data_throughput.py --num-cpus 2 --epochs 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import av
+import numpy as np
+
+from raytrain_vla.config.schema import DataConfig
+from raytrain_vla.data.writer import DatasetSpec, EpisodeData, VideoSpec, write_lerobot_dataset
+
+CAMERAS = ("observation.images.front", "observation.images.wrist")
+VARIANTS = {
+    "av1": VideoSpec("libsvtav1", crf=30, gop=2, preset=12),  # LeRobot's default encoding
+    "h264": VideoSpec("libx264", crf=23, gop=30, preset="veryfast"),
+}
+TASKS = ("pick the cube", "push the block left", "open the drawer", "stack the cups")
+
+
+# ---------------------------------------------------------------- dataset -----------------------
+def _texture(rng: np.random.Generator, size: int) -> np.ndarray:
+    """A smooth random colour field (sum of random sinusoids): compressible but not flat."""
+    y, x = np.mgrid[0:size, 0:size].astype(np.float32) / size
+    img = np.zeros((size, size, 3), np.float32)
+    for _ in range(6):
+        fx, fy = rng.uniform(-6, 6, 2)
+        img += np.sin(2 * np.pi * (fx * x + fy * y) + rng.uniform(0, 6.3))[..., None] * rng.uniform(
+            10, 30, 3
+        )
+    return np.clip(img + 110, 0, 255)
+
+
+def render_episode(rng: np.random.Generator, frames: int, size: int) -> EpisodeData:
+    """Two cameras over a panning textured scene with three moving discs and an arm tip."""
+    t = np.arange(frames, dtype=np.float32)[:, None]
+    freq, phase = rng.uniform(0.01, 0.05, (2, 8)), rng.uniform(0, 6.3, (2, 8))
+    path = 0.5 + 0.35 * np.sin(freq[0] * t + phase[0])  # (T, 8): x,y of 3 discs + the tip
+    path[:, 1::2] = 0.5 + 0.35 * np.cos(freq[1, 1::2] * t + phase[1, 1::2])
+    colours = rng.uniform(30, 250, (4, 3))
+    yx = (np.mgrid[0:size, 0:size].astype(np.float32) + 0.5) / size
+    cams = {}
+    for c, key in enumerate(CAMERAS):
+        tex = _texture(rng, 2 * size)
+        pan = (size / 2 * (1 + np.sin(0.02 * (c + 1) * t[:, 0]))).astype(int)  # camera motion
+        img = np.stack([tex[p // 2 : p // 2 + size, p : p + size] for p in pan])
+        zoom = 1.0 + c  # the wrist camera sees the scene twice as large around the tip
+        for d in range(4):
+            cx, cy = path[:, 2 * d], path[:, 2 * d + 1]
+            if c:
+                cx, cy = 0.5 + (cx - path[:, 6]) * zoom, 0.5 + (cy - path[:, 7]) * zoom
+            dist = (yx[1][None] - cx[:, None, None]) ** 2 + (yx[0][None] - cy[:, None, None]) ** 2
+            img[dist < (0.06 * zoom) ** 2] = colours[d]
+        cams[key] = img.astype(np.uint8)
+    state = path[:, 6:8].repeat(3, 1).astype(np.float32)
+    action = np.diff(state, axis=0, append=state[-1:]).astype(np.float32)
+    return EpisodeData(cams, state, action, TASKS[int(rng.integers(len(TASKS)))])
+
+
+def ensure_dataset(cache: Path, variant: str, episodes: int, frames: int, size: int, fps: int):
+    """The variant's dataset under `cache`, written once (deterministic content, seed 0)."""
+    root = cache / f"{variant}_e{episodes}_f{frames}_s{size}_fps{fps}"
+    if (root / "meta" / "info.json").is_file():
+        return root
+    os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints a banner per file otherwise
+    rng = np.random.default_rng(0)
+    eps = [render_episode(rng, frames, size) for _ in range(episodes)]
+    spec = DatasetSpec(fps, VARIANTS[variant], robot_type="bench_synthetic")
+    return write_lerobot_dataset(root, eps, spec)
+
+
+# ---------------------------------------------------------------- measurements ------------------
+def measure_raw(meta) -> dict:
+    """One process decoding every camera file front to back into RGB arrays: the ceiling.
+
+    Two settings: PyAV's defaults, and single-threaded decoder and swscale (faster on small
+    frames); the better one is the limit.
+    """
+    from av.video.reformatter import VideoReformatter
+
+    out: dict = {}
+    for name, threads in (("pyav_defaults", None), ("single_thread", 1)):
+        per_cam = {}
+        for key in meta.video_keys:
+            sws, n = VideoReformatter(), 0
+            t0 = time.perf_counter()
+            with av.open(str(meta.video_file(key, 0))) as container:
+                stream = container.streams.video[0]
+                if threads:
+                    stream.codec_context.thread_count = threads
+                for frame in container.decode(stream):
+                    sws.reformat(frame, format="rgb24", threads=threads).to_ndarray()
+                    n += 1
+            per_cam[key] = n / (time.perf_counter() - t0)
+        samples = 1.0 / sum(1.0 / r for r in per_cam.values())  # one frame of every camera
+        out[name] = {"frames_per_s": per_cam, "samples_per_s": samples}
+    out["samples_per_s"] = max(v["samples_per_s"] for v in out.values())
+    return out
+
+
+def _lerobot_style_frame(path: str, ts: float) -> np.ndarray:
+    """LeRobot's per-item access: open, seek back to a keyframe, decode up to `ts`, keep nearest."""
+    with av.open(path) as container:
+        stream = container.streams.video[0]
+        container.seek(int(ts / stream.time_base), stream=stream, backward=True)
+        prev = None
+        for frame in container.decode(stream):
+            t = float(frame.time)
+            if t >= ts - 1e-6:
+                if prev is not None and ts - prev[0] < t - ts:
+                    frame = prev[1]
+                return frame.to_ndarray(format="rgb24")
+            prev = (t, frame)
+    return prev[1].to_ndarray(format="rgb24")
+
+
+class PerSampleDataset:
+    """Map-style dataset that seeks and decodes every camera for each sample, as LeRobot does."""
+
+    def __init__(self, source):
+        self.s = source
+
+    def __len__(self) -> int:
+        return len(self.s.state)
+
+    def __getitem__(self, i: int) -> dict:
+        s = self.s
+        steps = np.minimum(i + np.arange(s.chunk_size), s.episode_end[i] - 1)
+        item = {"sample_id": i, "state": s.state[i], "actions": s.action[steps]}
+        for key in s.camera_keys:
+            path = s.video_paths[key][s.video_file_of[key][i]]
+            item[f"image/{key}"] = _lerobot_style_frame(path, float(s.video_time[key][i]))
+        return item
+
+
+def measure_baseline(source, samples: int, batch: int, workers: int) -> dict:
+    import torch
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(
+        PerSampleDataset(source),
+        batch_size=batch,
+        shuffle=True,
+        num_workers=workers,
+        generator=torch.Generator().manual_seed(0),
+    )
+    n, t0 = 0, time.perf_counter()
+    for b in loader:
+        n += len(b["sample_id"])
+        if n >= samples:
+            break
+    dt = time.perf_counter() - t0
+    return {"samples": n, "seconds": dt, "samples_per_s": n / dt, "num_workers": workers}
+
+
+class Setup(NamedTuple):
+    """How the pipeline is driven: read-task size, tasks per segment, Ray Data reservation."""
+
+    samples_per_task: int
+    tasks_per_segment: int
+    reservation: bool = True  # Ray Data's default operator resource reservation
+
+
+def _run_ours(source, work: np.ndarray, args, setup: Setup, first_only: bool = False):
+    """(samples, seconds to the first batch, seconds in all) for one pass over `work`."""
+    import ray
+
+    from raytrain_vla.data.pipeline import iter_rank_batches
+
+    ray.data.DataContext.get_current().op_resource_reservation_enabled = setup.reservation
+    n, first, t0, seen = 0, None, time.perf_counter(), []
+    for b in iter_rank_batches(
+        source, work, args.micro_batch, setup.samples_per_task, setup.tasks_per_segment
+    ):
+        first = first if first is not None else time.perf_counter() - t0
+        n += len(b["sample_id"])
+        seen.append(b["sample_id"])
+        if first_only:
+            break
+    total = time.perf_counter() - t0
+    if not first_only and not np.array_equal(np.concatenate(seen), work):
+        raise AssertionError("pipeline output is not in plan order")
+    return n, first, total
+
+
+def _plan(source, args):
+    from raytrain_vla.data.plan import SamplePlan
+
+    cfg = DataConfig()
+    ids = np.arange(len(source.state))
+    return SamplePlan(
+        ids, source.episode_of, 0, args.global_batch, cfg.span_len, cfg.shuffle_window
+    )
+
+
+def measure_ours(source, args, setup: Setup) -> dict:
+    plan = _plan(source, args)
+    steps = args.epochs * plan.steps_per_epoch
+    warm = setup.samples_per_task * setup.tasks_per_segment // args.global_batch
+    _run_ours(source, plan.rank_work(steps, steps + warm, 0, 1), args, setup)  # start workers
+    n, first, total = _run_ours(source, plan.rank_work(0, steps, 0, 1), args, setup)
+    return {
+        "setup": setup._asdict(),
+        "samples": n,
+        "seconds": total,
+        "samples_per_s": n / total,
+        "first_batch_s": first,
+        "samples_per_s_after_first_batch": (n - args.micro_batch) / (total - first),
+    }
+
+
+def measure_resume(source, args, setup: Setup, repeats: int = 5) -> dict:
+    """Time to the first batch from step 0 and from 90% of the epoch, same work length."""
+    length = setup.samples_per_task * setup.tasks_per_segment // args.global_batch  # a segment
+    out: dict[str, list[float]] = {"0": [], "90": []}
+    for _ in range(repeats):
+        for name in out:
+            plan = _plan(source, args)  # fresh: the epoch permutation is computed inside the timing
+            t0 = time.perf_counter()
+            start = plan.steps_per_epoch * int(name) // 100
+            work = plan.rank_work(start, start + length, 0, 1)  # the cursor's work list
+            planned = time.perf_counter() - t0
+            _, first, _ = _run_ours(source, work, args, setup, first_only=True)
+            out[name].append(planned + first)
+    med = {k: statistics.median(v) for k, v in out.items()}
+    return {"first_batch_s_at_0": med["0"], "first_batch_s_at_90": med["90"],
+            "min_ratio": min(out["90"]) / min(out["0"]), "runs": out}  # fmt: skip
+
+
+def _ratios(ours: dict, base: dict, raw: dict, resume: dict) -> dict:
+    r = {
+        "ours_over_baseline": ours["samples_per_s"] / base["samples_per_s"],
+        "ours_over_raw": ours["samples_per_s"] / raw["samples_per_s"],
+        "ours_over_raw_pyav_defaults": ours["samples_per_s"]
+        / raw["pyav_defaults"]["samples_per_s"],
+        "resume90_over_resume0": resume["first_batch_s_at_90"] / resume["first_batch_s_at_0"],
+    }
+    r["targets_met"] = {
+        "ours_over_baseline>=5": r["ours_over_baseline"] >= 5,
+        "ours_over_raw>=0.5": r["ours_over_raw"] >= 0.5,
+        "resume90_over_resume0<=1.2": r["resume90_over_resume0"] <= 1.2,
+    }
+    return r
+
+
+def run_variant(root: Path, args) -> dict:
+    """Every measurement on one dataset; `ours` is the pipeline exactly as training drives it."""
+    from raytrain_vla.data.lerobot import LeRobotMeta
+    from raytrain_vla.data.source import LeRobotSource
+
+    meta = LeRobotMeta.load(root)
+    source = LeRobotSource(meta, args.chunk_size)
+    info = meta.features[meta.video_keys[0]]["info"]
+    out: dict = {"video": {k[6:]: info[k] for k in ("video.codec", "video.g", "video.crf")}}
+    out["raw"] = raw = measure_raw(meta)
+    out["baseline"] = base = measure_baseline(
+        source, args.baseline_samples, args.micro_batch, args.num_cpus
+    )
+    setups = {"ours": Setup(args.samples_per_task, args.tasks_per_segment)}
+    if args.proposed:  # what the proposed pipeline changes would give (see the module doc)
+        setups["ours_no_reservation"] = Setup(args.samples_per_task, args.tasks_per_segment, False)
+        window = DataConfig().shuffle_window  # one rank's share of a shuffle window (W=1)
+        setups["ours_no_reservation_window_tasks"] = Setup(window, args.num_cpus, False)
+    for name, setup in setups.items():
+        ours = measure_ours(source, args, setup)
+        resume = measure_resume(source, args, setup)
+        out[name] = {**ours, "resume": resume, "ratios": _ratios(ours, base, raw, resume)}
+    return out
+
+
+def _summary(res: dict) -> dict:
+    out = {k: round(res[k]["samples_per_s"]) for k in ("raw", "baseline")}
+    for k, r in res.items():
+        if k.startswith("ours"):
+            out[k] = {"samples_per_s": round(r["samples_per_s"]), **r["ratios"]}
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--cache", default="~/.cache/raytrain_vla/bench_throughput")
+    p.add_argument("--variants", default="av1,h264")
+    p.add_argument("--episodes", type=int, default=50)
+    p.add_argument("--frames", type=int, default=200)
+    p.add_argument("--size", type=int, default=96)
+    p.add_argument("--fps", type=int, default=30)
+    p.add_argument("--num-cpus", type=int, default=2, help="Ray CPUs = DataLoader workers")
+    p.add_argument("--epochs", type=int, default=2, help="epochs of the plan that ours reads")
+    p.add_argument("--baseline-samples", type=int, default=2048)
+    p.add_argument("--global-batch", type=int, default=64)
+    p.add_argument("--micro-batch", type=int, default=32)
+    p.add_argument("--chunk-size", type=int, default=8)
+    p.add_argument("--samples-per-task", type=int, default=512)
+    p.add_argument("--tasks-per-segment", type=int, default=4)
+    p.add_argument(
+        "--no-proposed",
+        dest="proposed",
+        action="store_false",
+        help="skip the runs with the proposed pipeline settings",
+    )
+    args = p.parse_args()
+
+    import ray
+
+    cache = Path(args.cache).expanduser()
+    variants = args.variants.split(",")
+    roots = {
+        v: ensure_dataset(cache, v, args.episodes, args.frames, args.size, args.fps)
+        for v in variants
+    }
+    ray.init(address="local", num_cpus=args.num_cpus, include_dashboard=False,
+             log_to_driver=False, configure_logging=False)  # fmt: skip
+    try:
+        result = {"config": {**vars(args), "cameras": list(CAMERAS), "cpu_count": os.cpu_count(),
+                             "load_avg_at_start": os.getloadavg()[0]}}  # fmt: skip
+        for v in variants:
+            result[v] = run_variant(roots[v], args)
+        result["config"]["load_avg_at_end"] = os.getloadavg()[0]
+        result["summary"] = {v: _summary(result[v]) for v in variants}
+    finally:
+        ray.shutdown()
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
