@@ -14,11 +14,11 @@ It prints one JSON object with every figure and the ratios ours/baseline, ours/r
 resume90/resume0 per variant (targets: >= 5, >= 0.5, <= 1.2). Absolute rates depend on the
 machine and its load; the ratios are the result.
 
-`ours` drives the pipeline exactly as training does (read tasks of 512 samples, 4 per segment,
-Ray Data's default context). Two more rows show the changes proposed for `pipeline.py`:
-`ours_no_reservation` turns off Ray Data's operator resource reservation, which on a small
-cluster lets only one read task run at a time; `..._window_tasks` also cuts one read task per
-shuffle window (its samples then cover whole spans, so each span is decoded once).
+`ours` drives the pipeline exactly as training does (read tasks of 512 samples, 4 per segment;
+the pipeline turns Ray Data's operator resource reservation off, which on a small cluster let
+only one read task run at a time). One more row shows a change proposed for `pipeline.py`:
+`ours_window_tasks` cuts one read task per shuffle window (its samples then cover whole spans,
+so each span is decoded once).
 
     python benchmarks/data_throughput.py --num-cpus 2 --epochs 2
 """
@@ -183,20 +183,17 @@ def measure_baseline(source, samples: int, batch: int, workers: int) -> dict:
 
 
 class Setup(NamedTuple):
-    """How the pipeline is driven: read-task size, tasks per segment, Ray Data reservation."""
+    """How the pipeline is driven: read-task size and tasks per segment."""
 
     samples_per_task: int
     tasks_per_segment: int
-    reservation: bool = True  # Ray Data's default operator resource reservation
 
 
 def _run_ours(source, work: np.ndarray, args, setup: Setup, first_only: bool = False):
     """(samples, seconds to the first batch, seconds in all) for one pass over `work`."""
-    import ray
 
     from raytrain_vla.data.pipeline import iter_rank_batches
 
-    ray.data.DataContext.get_current().op_resource_reservation_enabled = setup.reservation
     n, first, t0, seen = 0, None, time.perf_counter(), []
     for b in iter_rank_batches(
         source, work, args.micro_batch, setup.samples_per_task, setup.tasks_per_segment
@@ -287,9 +284,8 @@ def run_variant(root: Path, args) -> dict:
     )
     setups = {"ours": Setup(args.samples_per_task, args.tasks_per_segment)}
     if args.proposed:  # what the proposed pipeline changes would give (see the module doc)
-        setups["ours_no_reservation"] = Setup(args.samples_per_task, args.tasks_per_segment, False)
         window = DataConfig().shuffle_window  # one rank's share of a shuffle window (W=1)
-        setups["ours_no_reservation_window_tasks"] = Setup(window, args.num_cpus, False)
+        setups["ours_window_tasks"] = Setup(window, args.num_cpus)
     for name, setup in setups.items():
         ours = measure_ours(source, args, setup)
         resume = measure_resume(source, args, setup)
