@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import ray
+from _runs import short_run_args
 
 from raytrain_vla.data.demo import write_demo_dataset
 
@@ -27,23 +28,6 @@ def run_args(demo_root, tmp_path):
     """Overrides for a short tiny-model run on the shared dataset, writing under tmp_path."""
 
     def make(name: str, steps: int, *extra: str) -> list[str]:
-        return [
-            f"--data.root={demo_root}",
-            "--data.val_fraction=0.1",
-            "--data.val_max_samples=64",
-            f"--train.steps={steps}",
-            "--train.global_batch_size=16",
-            "--train.micro_batch_size=8",
-            "--train.log_interval=1",
-            "--train.val_interval=1000",
-            "--train.save_interval=3",
-            "--scheduler.type=constant",
-            "--scheduler.warmup_steps=2",
-            f"--ray.storage_path={tmp_path / 'runs'}",
-            f"--ray.run_name={name}",
-            "--logging.wandb_mode=disabled",
-            "--logging.console=false",
-            *extra,
-        ]
+        return short_run_args(demo_root, tmp_path / "runs", name, steps, *extra)
 
     return make

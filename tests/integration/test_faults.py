@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _runs import short_run_args
 from safetensors.numpy import load_file
 
 from raytrain_vla import run
@@ -54,24 +55,7 @@ def reference(demo_root, tmp_path_factory):
 
 
 def _args(demo_root, storage, name, steps, *extra):
-    return [
-        f"--data.root={demo_root}",
-        "--data.val_fraction=0.1",
-        "--data.val_max_samples=64",
-        f"--train.steps={steps}",
-        "--train.global_batch_size=16",
-        "--train.micro_batch_size=8",
-        "--train.log_interval=1",
-        "--train.val_interval=1000",
-        "--train.save_interval=3",
-        "--scheduler.type=constant",
-        "--scheduler.warmup_steps=2",
-        f"--ray.storage_path={storage}",
-        f"--ray.run_name={name}",
-        "--logging.wandb_mode=disabled",
-        "--logging.console=false",
-        *extra,
-    ]
+    return short_run_args(demo_root, storage, name, steps, *extra)
 
 
 def test_worker_sigkill_mid_run_recovers_bitwise(reference, demo_root, tmp_path):
