@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from functools import cached_property
@@ -32,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from raytrain_vla.data.atomic import atomic_directory, refuse_non_empty
 from raytrain_vla.data.lerobot import DatasetError, LeRobotMeta, column_to_numpy, read_frames_table
 from raytrain_vla.data.source import LeRobotSource, dataset_fingerprint
 
@@ -229,22 +229,19 @@ def convert_to_shards(
         raise DatasetError("chunk_size, samples_per_shard, max_text_len, row groups must be >= 1")
     if (root / MANIFEST).exists():
         raise DatasetError(f"{root}: already a shards directory; convert from the LeRobot dataset")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise FileExistsError(f"{out} already exists and is not empty; refusing to overwrite it")
+    refuse_non_empty(out)
     meta = LeRobotMeta.load(root)
     cameras, batches = shard_batches(meta, chunk_size, max_text_len, row_group_size)
     n = meta.total_frames
     ranges = [
         (i, a, min(a + samples_per_shard, n)) for i, a in enumerate(range(0, n, samples_per_shard))
     ]
-    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir(parents=True)
+    with atomic_directory(out) as tmp:
 
-    def write_range(index: int, start: int, stop: int) -> dict:  # deterministic name per range
-        path = tmp / "shards" / f"shard-{index:05d}.parquet"
-        return write_shard(path, batches(start, stop), cameras, image_format, row_group_size)
+        def write_range(index: int, start: int, stop: int) -> dict:  # deterministic name per range
+            path = tmp / "shards" / f"shard-{index:05d}.parquet"
+            return write_shard(path, batches(start, stop), cameras, image_format, row_group_size)
 
-    try:
         shutil.copytree(root / "meta", tmp / "meta")
         (tmp / "shards").mkdir()
         if use_ray:
@@ -255,11 +252,6 @@ def convert_to_shards(
         args = (image_format, max_text_len, entries, row_group_size)
         manifest = build_manifest(meta, cameras, chunk_size, *args)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-        if out.exists():
-            out.rmdir()  # empty (checked above); rename needs the name free
-        os.rename(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return manifest
 
 

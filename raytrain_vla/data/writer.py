@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from raytrain_vla.data.atomic import atomic_directory, refuse_non_empty
 from raytrain_vla.data.video import PIX_FMT, encode_video
 
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -67,18 +66,10 @@ def write_lerobot_dataset(
 ) -> Path:
     """Write `episodes` as a LeRobot v3.0 dataset at `root` (missing or an empty directory)."""
     root = Path(root)
-    if root.exists() and (not root.is_dir() or any(root.iterdir())):
-        raise FileExistsError(f"{root} already exists and is not empty; refusing to overwrite it")
+    refuse_non_empty(root)
     _check_episodes(episodes)
-    tmp = root.parent / f".{root.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir(parents=True)
-    try:
+    with atomic_directory(root) as tmp:
         _write(tmp, episodes, spec)
-        if root.exists():
-            root.rmdir()  # empty (checked above); rename needs the name free
-        os.rename(tmp, root)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return root
 
 

@@ -1,0 +1,33 @@
+"""Write a directory atomically: build it in a hidden sibling, rename it into place at the end.
+
+An interrupted write never leaves a half dataset, and an existing non-empty target is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def refuse_non_empty(target: Path) -> None:
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise FileExistsError(f"{target} already exists and is not empty; refusing to overwrite it")
+
+
+@contextmanager
+def atomic_directory(target: Path) -> Iterator[Path]:
+    """Yield a temporary sibling of `target`; on success it becomes `target`, else it is removed."""
+    refuse_non_empty(target)
+    tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+        if target.exists():
+            target.rmdir()  # empty (checked above); rename needs the name free
+        os.rename(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
