@@ -21,6 +21,9 @@ import ray
 from raytrain_vla import run
 from raytrain_vla.data.demo import write_demo_dataset
 
+SAVE_INTERVAL = 10
+KILL_AFTER_STEP = 35  # between the step-30 and step-40 checkpoints
+
 
 def one_run(data: Path, storage: Path, name: str, kill_step: int) -> dict:
     args = [
@@ -32,7 +35,7 @@ def one_run(data: Path, storage: Path, name: str, kill_step: int) -> dict:
         "--train.micro_batch_size=8",
         "--train.log_interval=1",
         "--train.val_interval=1000",
-        "--train.save_interval=10",
+        f"--train.save_interval={SAVE_INTERVAL}",
         f"--ray.storage_path={storage}",
         f"--ray.run_name={name}",
         "--ray.max_failures=1",
@@ -49,12 +52,22 @@ def one_run(data: Path, storage: Path, name: str, kill_step: int) -> dict:
     rows = sorted((r for r in rows if r["kind"] == "train"), key=lambda r: r["time"])
     # Rank 0 logs every step once per attempt: the first step number that does not increase
     # marks the restarted attempt, whose first completed step is the recovery point.
-    highest = -1
-    for row in rows:
+    highest, restart = -1, None
+    for i, row in enumerate(rows):
         if row["step"] <= highest:
-            return {"kill_to_next_step_s": row["time"] - killed_at, "resumed_at_step": row["step"]}
+            restart = i
+            break
         highest = row["step"]
-    raise RuntimeError(f"{run_dir}: no restarted attempt found in metrics.jsonl")
+    if restart is None:
+        raise RuntimeError(f"{run_dir}: no restarted attempt found in metrics.jsonl")
+    # Ray registers a checkpoint only after polling every rank, so the restart may begin before
+    # the newest save; "caught up" is when the redone steps pass the step of the kill again.
+    caught_up = next(r for r in rows[restart:] if r["step"] > kill_step)
+    return {
+        "kill_to_next_step_s": round(rows[restart]["time"] - killed_at, 2),
+        "kill_to_caught_up_s": round(caught_up["time"] - killed_at, 2),
+        "resumed_from_step": rows[restart]["step"] - 1,
+    }
 
 
 def main() -> None:
@@ -65,7 +78,7 @@ def main() -> None:
         data = write_demo_dataset(Path(tmp) / "demo", num_episodes=60, seed=0)
         ray.init(num_cpus=8, include_dashboard=True, log_to_driver=False)
         results = [
-            one_run(data, Path(tmp) / "runs", f"kill{i}", kill_step=4) for i in range(args.runs)
+            one_run(data, Path(tmp) / "runs", f"kill{i}", KILL_AFTER_STEP) for i in range(args.runs)
         ]
         ray.shutdown()
     times = [r["kill_to_next_step_s"] for r in results]
@@ -74,8 +87,11 @@ def main() -> None:
             {
                 "runs": results,
                 "median_kill_to_next_step_s": round(statistics.median(times), 2),
-                "checkpoint_interval_steps": 10,
-                "kill_after_step": 35,
+                "median_kill_to_caught_up_s": round(
+                    statistics.median(r["kill_to_caught_up_s"] for r in results), 2
+                ),
+                "checkpoint_interval_steps": SAVE_INTERVAL,
+                "kill_after_step": KILL_AFTER_STEP,
                 "note": "includes Ray Train detecting the dead worker, restarting the group, DCP load, "
                 "data pipeline start and redoing the steps after the last checkpoint",
             }

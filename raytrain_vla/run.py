@@ -55,6 +55,7 @@ def build_trainer(cfg: Config) -> TorchTrainer:
             else cfg.ray.num_workers,
             use_gpu=cfg.ray.use_gpu,
             resources_per_worker=resources,
+            elastic_resize_monitor_interval_s=cfg.ray.elastic_resize_monitor_interval_s,
         ),
         run_config=RunConfig(
             name=cfg.ray.run_name,

@@ -232,6 +232,12 @@ def validate(cfg: Config) -> None:
         raise ConfigError(
             f"bad value for 'data.image_size': {cfg.data.image_size}, expected [H, W] or []"
         )
+    if cfg.ray.elastic_resize_monitor_interval_s <= 0 or cfg.debug.step_delay_s < 0:
+        raise ConfigError(
+            "bad value for 'ray.elastic_resize_monitor_interval_s' or 'debug.step_delay_s': "
+            f"{cfg.ray.elastic_resize_monitor_interval_s}, {cfg.debug.step_delay_s}; expected a "
+            "positive interval and a non-negative delay"
+        )
     names = [g.name for g in cfg.optimizer.groups]
     if len(set(names)) != len(names) or any(not n for n in names):
         raise ConfigError(

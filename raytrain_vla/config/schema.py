@@ -120,6 +120,8 @@ class RayConfig:
     resume: str = "auto"
     max_failures: int = 0
     num_to_keep: int = 2
+    # Elastic runs (num_workers: [min, max]) check this often whether more workers would fit.
+    elastic_resize_monitor_interval_s: float = 60.0
 
 
 @dataclass
@@ -140,6 +142,8 @@ class DebugConfig:
     kill_at_step: int = -1
     crash_in_checkpoint_at_step: int = -1
     kill_rank: int = 0
+    # Sleep this long after every step, so tests can change the cluster mid-run; no effect on math.
+    step_delay_s: float = 0.0
 
 
 @dataclass

@@ -8,6 +8,7 @@ resume is refused with each differing key and its old and new value.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -33,6 +34,27 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     if not latest:
         return None
     return run_dir / latest["checkpoint_dir_name"]
+
+
+def prune_untracked_checkpoints(run_dir: Path) -> list[str]:
+    """Delete checkpoint directories Ray Train never registered; return their names.
+
+    A worker can upload a checkpoint and die before the controller records it (the controller
+    polls ranks every few seconds). Ray then resumes from the previous recorded one, and
+    retention (`num_to_keep`) never sees the upload, so without this every such failure would
+    leak a full model-and-optimizer copy. Call only when no attempt is writing: at loop start.
+    """
+    snapshot = run_dir / SNAPSHOT
+    tracked = set()
+    if snapshot.is_file():
+        results = json.loads(snapshot.read_text()).get("checkpoint_results", [])
+        tracked = {r["checkpoint_dir_name"] for r in results}
+    pruned = []
+    for path in sorted(run_dir.glob("checkpoint_*")):
+        if path.is_dir() and path.name not in tracked:
+            shutil.rmtree(path, ignore_errors=True)
+            pruned.append(path.name)
+    return pruned
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict[str, object]:

@@ -37,6 +37,7 @@ from raytrain_vla.train.optim import (
     freeze_for_config,
     resolve_groups,
 )
+from raytrain_vla.train.resume import prune_untracked_checkpoints
 from raytrain_vla.train.step import StepRunner
 from raytrain_vla.train.validate import pad_to_ranks, validate
 
@@ -110,6 +111,8 @@ def train_loop_per_worker(config_dict: dict) -> None:
     run_dir = run_dir_of(cfg)
     logger = None
     if rank == 0:
+        for name in prune_untracked_checkpoints(run_dir):
+            print(f"[raytrain_vla] removed unregistered checkpoint {run_dir / name}")
         logger = MetricsLogger(
             run_dir,
             cfg.logging,
@@ -185,6 +188,8 @@ def train_loop_per_worker(config_dict: dict) -> None:
                 }
                 ray.train.report(report, checkpoint=ray.train.Checkpoint.from_directory(tmp))
         faults.after_step(cfg.debug, done, rank, run_dir)
+        if cfg.debug.step_delay_s > 0:
+            time.sleep(cfg.debug.step_delay_s)
         if window_steps == 0:
             window_start = time.perf_counter()  # validation and checkpoints stay out of step timing
     _export(cfg, model, view, kwargs, run_dir, rank)

@@ -2,20 +2,34 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import ray
 from _runs import short_run_args
+from ray.cluster_utils import Cluster
 
 from raytrain_vla.data.demo import write_demo_dataset
 
 
 @pytest.fixture(scope="session")
 def ray_cluster():
-    # Logical CPUs beyond the 2 training workers so Ray Data read tasks never starve.
-    if not ray.is_initialized():
-        ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
-    yield
+    """A head node with logical CPUs beyond the 2 training workers, so Ray Data never starves.
+
+    It is a `Cluster` so the elastic tests can add and remove nodes; teardown stops only the
+    processes this cluster started.
+    """
+    # Ray Train waits this long for a placement group before retrying at another size; the
+    # 60 s default would make a test wait for a node it has just removed. Raylets and the
+    # controller inherit this environment.
+    os.environ.setdefault("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "5")
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 8, "include_dashboard": False}
+    )
+    ray.init(address=cluster.address, log_to_driver=False)
+    yield cluster
     ray.shutdown()
+    cluster.shutdown()
 
 
 @pytest.fixture(scope="session")

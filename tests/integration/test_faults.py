@@ -59,10 +59,16 @@ def _args(demo_root, storage, name, steps, *extra):
 
 
 def test_worker_sigkill_mid_run_recovers_bitwise(reference, demo_root, tmp_path):
-    args = _args(demo_root, tmp_path, "killed", STEPS, DEBUG, "--ray.max_failures=1")
+    args = _args(
+        demo_root, tmp_path, "killed", STEPS, DEBUG, "--ray.max_failures=1", "--ray.num_to_keep=1"
+    )
     assert run.main([*args, "--debug.kill_at_step=4", "--debug.kill_rank=1"]) == 0
     run_dir = tmp_path / "killed"
     assert (run_dir / ".fault_kill_4").exists()
+    # Retention: of the checkpoints at steps 3, 6 and 8 only the last is left.
+    on_disk = [p for p in run_dir.glob("checkpoint_*") if p.is_dir()]
+    assert on_disk == [latest_checkpoint(run_dir)]
+    assert json.loads((on_disk[0] / "train_state.json").read_text())["step"] == STEPS
     rows = [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()]
     assert sum(r["step"] == 3 and r["rank"] == 1 for r in rows) == 2, "step 4 (index 3) was redone"
     assert committed_ids(run_dir) == committed_ids(reference)
