@@ -2,13 +2,20 @@
 
 Layout: `model.safetensors` (full weights), `config.json` (model type and builder arguments,
 tasks, chunk size) and `normalization.json`.
+
+    python -m raytrain_vla.export CHECKPOINT_DIR OUT_DIR [--dtype bf16]
+
+turns any training checkpoint (DCP shards from any number of workers) into that directory in
+one process: the model is allocated once, uninitialised, and DCP reads the shards into it.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +27,17 @@ from raytrain_vla.data.transforms import Normalizer
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 NORMALIZATION = "normalization.json"
+POLICY_META = "policy.json"  # in training checkpoints: what `config.json` of an export holds
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def policy_meta(model_type: str, model_kwargs: dict, mean_action, tasks: list[str]) -> dict:
+    return {
+        "model_type": model_type,
+        "model_kwargs": model_kwargs,
+        "mean_action": np.asarray(mean_action).tolist(),
+        "tasks": tasks,
+    }
 
 
 def write_policy(
@@ -42,12 +60,7 @@ def write_policy(
         for k, v in state_dict.items()
     }
     save_file(tensors, str(staging / WEIGHTS))
-    config = {
-        "model_type": model_type,
-        "model_kwargs": model_kwargs,
-        "mean_action": np.asarray(mean_action).tolist(),
-        "tasks": tasks,
-    }
+    config = policy_meta(model_type, model_kwargs, mean_action, tasks)
     (staging / CONFIG).write_text(json.dumps(config, indent=2))
     normalizer.save(staging / NORMALIZATION)
     if out_dir.exists():
@@ -59,3 +72,51 @@ def write_policy(
     else:
         os.replace(staging, out_dir)
     return out_dir
+
+
+def export_checkpoint(checkpoint: Path, out_dir: Path, dtype: str = "fp32") -> Path:
+    """DCP shards of any world size -> a policy directory, holding one copy of the weights."""
+    import torch.distributed.checkpoint as dcp
+
+    from raytrain_vla.models.registry import build_model
+
+    checkpoint = Path(checkpoint)
+    for name in (POLICY_META, NORMALIZATION, ".metadata"):
+        if not (checkpoint / name).is_file():
+            raise FileNotFoundError(
+                f"{checkpoint}: not a raytrain_vla training checkpoint (missing {name})"
+            )
+    meta = json.loads((checkpoint / POLICY_META).read_text())
+    with torch.device("meta"):
+        model = build_model(meta["model_type"], meta["model_kwargs"])
+    model = model.to_empty(device="cpu")  # storage only: DCP fills every tensor
+    state = model.state_dict()
+    dcp.load({"model": state}, checkpoint_id=str(checkpoint))
+    target = DTYPES[dtype]
+    for key, tensor in state.items():  # one tensor at a time, so never two copies of the model
+        if tensor.is_floating_point() and tensor.dtype != target:
+            state[key] = tensor.to(target)
+    normalizer = Normalizer.from_dict(json.loads((checkpoint / NORMALIZATION).read_text()))
+    return write_policy(
+        out_dir, state, meta["model_type"], meta["model_kwargs"], normalizer,
+        np.asarray(meta["mean_action"]), meta["tasks"],
+    )  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m raytrain_vla.export", description=__doc__)
+    parser.add_argument("checkpoint", type=Path, help="a checkpoint_* directory of a run")
+    parser.add_argument("out", type=Path, help="the policy directory to write")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        out = export_checkpoint(args.checkpoint, args.out, args.dtype)
+    except (FileNotFoundError, ValueError, RuntimeError) as err:
+        print(f"error: {' '.join(str(err).split())[:500]}", file=sys.stderr)
+        return 1
+    print(f"exported {args.checkpoint} -> {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

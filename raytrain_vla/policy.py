@@ -19,12 +19,34 @@ from raytrain_vla.models.tokenizer import tokenize
 class Policy:
     """Observation dict in, action chunk in the robot's original units out."""
 
-    def __init__(self, model: torch.nn.Module, config: dict, normalizer: Normalizer, seed: int = 0):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        config: dict,
+        normalizer: Normalizer,
+        seed: int = 0,
+        n_action_steps: int = 0,
+    ):
         self.model = model.eval()
         self.config = config
         self.kwargs = config["model_kwargs"]
         self.normalizer = normalizer
+        self.seed = seed
         self.generator = torch.Generator().manual_seed(seed)
+        # Actions of each predicted chunk executed before predicting again (0: the whole chunk).
+        self.n_action_steps = n_action_steps or self.kwargs["chunk_size"]
+        self._queue: list[np.ndarray] = []
+
+    def reset(self) -> None:
+        """Start a new episode: drop queued actions and restart the noise stream."""
+        self._queue.clear()
+        self.generator.manual_seed(self.seed)
+
+    def select_action(self, observation: dict) -> np.ndarray:
+        """One (action_dim,) action, replanning every `n_action_steps` like LeRobot's policies."""
+        if not self._queue:
+            self._queue.extend(self.predict_action(observation)[: self.n_action_steps])
+        return self._queue.pop(0)
 
     def _image(self, key: str, img) -> torch.Tensor:
         """HWC uint8 or CHW float in [0, 1] -> (1, 3, H, W) float at the model's resolution."""
@@ -68,7 +90,7 @@ class Policy:
         return self.normalizer.unnormalize("action", actions.float())[0].numpy()
 
 
-def load(path: str | Path, seed: int = 0) -> Policy:
+def load(path: str | Path, seed: int = 0, n_action_steps: int = 0) -> Policy:
     path = Path(path)
     for name in (WEIGHTS, CONFIG, NORMALIZATION):
         if not (path / name).is_file():
@@ -80,4 +102,4 @@ def load(path: str | Path, seed: int = 0) -> Policy:
         raise ValueError(
             f"{path / WEIGHTS}: missing keys {missing[:5]}, unexpected keys {unexpected[:5]}"
         )
-    return Policy(model, config, Normalizer.load(path / NORMALIZATION), seed)
+    return Policy(model, config, Normalizer.load(path / NORMALIZATION), seed, n_action_steps)

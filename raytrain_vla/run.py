@@ -22,7 +22,7 @@ from raytrain_vla.train.resume import check_resume, fresh_run_name
 from raytrain_vla.train.worker import run_dir_of, train_loop_per_worker
 
 
-def init_ray(cfg: Config) -> None:
+def init_ray(cfg: Config, max_concurrent_trials: int = 1) -> None:
     """Join the given (or the job's) cluster, else start a local one with CPUs for Ray Data too."""
     if ray.is_initialized():
         return
@@ -34,13 +34,13 @@ def init_ray(cfg: Config) -> None:
         cfg.ray.num_workers if isinstance(cfg.ray.num_workers, int) else cfg.ray.num_workers[1]
     )
     per_worker = int(cfg.ray.resources_per_worker.get("CPU", 1))
-    num_cpus = cfg.ray.local_num_cpus or workers * per_worker + 4
+    num_cpus = cfg.ray.local_num_cpus or workers * per_worker * max_concurrent_trials + 4
     # The dashboard also serves the State API; without it Ray Train's placement-group cleaner
     # logs a warning every few seconds.
     ray.init(num_cpus=num_cpus, include_dashboard=True, log_to_driver=True)
 
 
-def build_trainer(cfg: Config) -> TorchTrainer:
+def build_trainer(cfg: Config, callbacks: list | None = None) -> TorchTrainer:
     storage = str(Path(cfg.ray.storage_path).expanduser().resolve())
     resources = dict(cfg.ray.resources_per_worker)
     if cfg.ray.use_gpu:
@@ -62,6 +62,7 @@ def build_trainer(cfg: Config) -> TorchTrainer:
             storage_path=storage,
             failure_config=FailureConfig(max_failures=cfg.ray.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=cfg.ray.num_to_keep),
+            callbacks=callbacks or [],
         ),
     )
 

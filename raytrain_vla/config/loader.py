@@ -285,6 +285,7 @@ RESUMABLE_KEYS = (
     "train.steps",
     "train.micro_batch_size",
     "train.activation_checkpointing",
+    "train.peak_tflops",
     "train.cpu_offload",
     "train.reshard_after_forward",
     "train.log_interval",

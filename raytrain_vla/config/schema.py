@@ -96,6 +96,8 @@ class TrainConfig:
     grad_clip: float = 1.0
     precision: str = "fp32"  # fp32 | bf16
     activation_checkpointing: bool = False
+    # Dense peak TFLOP/s per device for MFU; 0 looks it up from the GPU name (none on CPU).
+    peak_tflops: float = 0.0
     cpu_offload: bool = False
     reshard_after_forward: bool = True
     seed: int = 0

@@ -251,19 +251,25 @@ class FlowVLA(nn.Module):
         tokens, mask = tokens[:, :keep], mask[:, :keep]
         text_emb = self.backbone.text_embed(tokens)
         image_tokens = self.vision(obs["images"], text_emb, mask)
-        return self.backbone(image_tokens, text_emb, mask, obs["state"])
+        return self.backbone(image_tokens, text_emb, mask, obs["state"].to(text_emb.dtype))
+
+    def compute_dtype(self) -> torch.dtype:
+        """bf16 under FSDP2 mixed precision (params are cast in the pre-forward), else fp32."""
+        return self.action_expert.action_in.weight.dtype
 
     def forward(
         self, batch: dict[str, Any], noise: torch.Tensor, time: torch.Tensor
     ) -> torch.Tensor:
         """Per-sample flow-matching loss (B,): MSE over valid chunk positions and action dims."""
-        actions = batch["actions"]
-        noise, time = noise.to(actions), time.to(actions)
+        # Interpolation, target and the time embedding stay in fp32 whatever the compute dtype:
+        # a bf16 time is off by up to 2e-3, a whole turn of the embedding's fastest sinusoid.
+        actions, noise, time = batch["actions"].float(), noise.float(), time.float()
         t = time[:, None, None]
         x_t = t * noise + (1 - t) * actions
         prefix, prefix_mask = self.embed_prefix(batch)
-        v = self.action_expert(x_t, time, prefix, prefix_mask, batch["action_is_pad"])
-        err = (v.float() - (noise - actions).float()).square().mean(-1)
+        dtype = self.compute_dtype()
+        v = self.action_expert(x_t.to(dtype), time, prefix, prefix_mask, batch["action_is_pad"])
+        err = (v.float() - (noise - actions)).square().mean(-1)
         return masked_mean(err, ~batch["action_is_pad"], dim=1)
 
     def compute_loss(
@@ -282,10 +288,11 @@ class FlowVLA(nn.Module):
         """
         steps = num_steps or self.config.num_inference_steps
         prefix, prefix_mask = self.embed_prefix(obs)
-        x, dt = noise.to(prefix), -1.0 / steps
+        dtype = self.compute_dtype()
+        x, dt = noise.float(), -1.0 / steps  # the Euler state accumulates in fp32
         for i in range(steps):
-            time = torch.full((x.shape[0],), 1.0 + i * dt, device=x.device, dtype=x.dtype)
-            x = x + dt * self.action_expert(x, time, prefix, prefix_mask)
+            time = torch.full((x.shape[0],), 1.0 + i * dt, device=x.device)
+            x = x + dt * self.action_expert(x.to(dtype), time, prefix, prefix_mask).float()
         return x
 
 

@@ -23,6 +23,7 @@ SCHEDULER = "scheduler.json"
 CONFIG = "config.yaml"
 NORMALIZATION = "normalization.json"
 RNG_DIR = "rng"
+POLICY = "policy.json"  # export.POLICY_META
 
 
 @dataclass
@@ -91,8 +92,13 @@ def save_checkpoint(
     rank: int,
     config_yaml: str,
     normalization: dict,
+    policy: dict,
 ) -> None:
-    """Collective: every rank calls it with its own `directory`."""
+    """Collective: every rank calls it with its own `directory`.
+
+    `policy` (model type and builder arguments, tasks, mean action) lets `export` rebuild the
+    model from the checkpoint alone.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     model_sd, optim_sd = get_state_dict(model, optimizer)
     dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=str(directory))
@@ -103,6 +109,7 @@ def save_checkpoint(
         (directory / SCHEDULER).write_text(json.dumps(scheduler.state_dict(), indent=2))
         (directory / CONFIG).write_text(config_yaml)
         (directory / NORMALIZATION).write_text(json.dumps(normalization, indent=2))
+        (directory / POLICY).write_text(json.dumps(policy, indent=2))
 
 
 def read_train_state(directory: Path) -> TrainState:

@@ -22,10 +22,12 @@ from torch.utils.checkpoint import checkpoint
 from raytrain_vla.config.schema import TrainConfig
 
 
-def mixed_precision(precision: str) -> MixedPrecisionPolicy:
+def mixed_precision(precision: str, cast_inputs: bool = True) -> MixedPrecisionPolicy:
     """bf16 compute with fp32 gradient reduction, or plain fp32."""
     if precision == "bf16":
-        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        return MixedPrecisionPolicy(
+            param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=cast_inputs
+        )
     return MixedPrecisionPolicy(param_dtype=None, reduce_dtype=torch.float32)
 
 
@@ -48,5 +50,8 @@ def apply_fsdp(model: nn.Module, mesh: DeviceMesh, cfg: TrainConfig) -> nn.Modul
         fully_shard(block, reshard_after_forward=cfg.reshard_after_forward, **kwargs)
     fully_shard(model.vision, reshard_after_forward=cfg.reshard_after_forward, **kwargs)
     # The root's parameters are needed right away in backward, so keep them unsharded after forward.
+    # Its inputs are not cast: the model keeps flow time, noise and actions in fp32 and casts
+    # what its layers consume (FlowVLA.forward).
+    kwargs["mp_policy"] = mixed_precision(cfg.precision, cast_inputs=False)
     fully_shard(model, reshard_after_forward=False, **kwargs)
     return model

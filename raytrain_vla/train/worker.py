@@ -24,11 +24,12 @@ from raytrain_vla.config import Config, check_batch_layout, from_tree, recipe_ha
 from raytrain_vla.data.augment import ImageOps
 from raytrain_vla.data.pipeline import InMemorySource, iter_rank_batches
 from raytrain_vla.data.source import DatasetView
-from raytrain_vla.export import write_policy
+from raytrain_vla.export import policy_meta, write_policy
 from raytrain_vla.models.flow_vla import flow_noise_and_time
 from raytrain_vla.models.registry import build_model
 from raytrain_vla.train import faults
 from raytrain_vla.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
+from raytrain_vla.train.flops import example_batch, peak_tflops, training_flops_per_sample
 from raytrain_vla.train.fsdp import apply_fsdp
 from raytrain_vla.train.metrics import MetricsLogger
 from raytrain_vla.train.optim import (
@@ -78,6 +79,8 @@ def train_loop_per_worker(config_dict: dict) -> None:
     kwargs = model_kwargs(cfg, view)
     model = build_model(cfg.model.type, kwargs).to(device)
     freeze_for_config(model, cfg.optimizer)
+    flops_per_sample = _count_flops(model, view, kwargs, device)
+    peak = peak_tflops(device, cfg.train.precision, cfg.train.peak_tflops)
     groups = resolve_groups(model.named_parameters(), cfg.optimizer)
     mesh = init_device_mesh(device.type, (world,))
     apply_fsdp(model, mesh, cfg.train)
@@ -135,7 +138,6 @@ def train_loop_per_worker(config_dict: dict) -> None:
     sample_log = run_dir / "samples.jsonl" if cfg.debug.log_sample_ids else None
 
     window_start, window_wait, window_steps = time.perf_counter(), 0.0, 0
-    val_metrics: dict = {}
     for step in range(start_step, cfg.train.steps):
         t0 = time.perf_counter()
         micro = [view.transform(next(batches), device) for _ in range(accum)]
@@ -154,15 +156,23 @@ def train_loop_per_worker(config_dict: dict) -> None:
             metrics["samples_per_s"] = window_steps * cfg.train.global_batch_size / elapsed
             metrics["step_time_s"] = elapsed / window_steps
             metrics["data_wait_share"] = window_wait / elapsed
+            metrics["tflops_per_s"] = metrics["samples_per_s"] * flops_per_sample / 1e12
+            if peak:
+                metrics["mfu"] = metrics["tflops_per_s"] / (peak * world)
+            if device.type == "cuda":
+                metrics["peak_mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
             if logger:
                 logger.log(done, metrics)
             window_wait, window_steps = 0.0, 0
+        val_metrics = {}
         if done % cfg.train.val_interval == 0 or done == cfg.train.steps:
             val_metrics = validate(
                 model, val_batches, view.normalizer, view.mean_action, cfg.train.seed
             )
             if logger:
                 logger.log(done, val_metrics, kind="val")
+        report = {"step": done, **{k: v for k, v in metrics.items() if "/" not in k}}
+        report.update(val_metrics)  # only where it was measured: Tune schedules on it
         if done % cfg.train.save_interval == 0 or done == cfg.train.steps:
             cursor = view.plan.cursor_at(done)
             state = TrainState(
@@ -179,14 +189,12 @@ def train_loop_per_worker(config_dict: dict) -> None:
                     rank,
                     to_yaml(cfg),
                     view.normalizer.to_dict(),
+                    policy_meta(cfg.model.type, kwargs, view.mean_action, view.tasks),
                 )
                 faults.in_checkpoint_write(cfg.debug, done, rank, run_dir)
-                report = {
-                    "step": done,
-                    **{k: v for k, v in metrics.items() if "/" not in k},
-                    **val_metrics,
-                }
                 ray.train.report(report, checkpoint=ray.train.Checkpoint.from_directory(tmp))
+        elif val_metrics:
+            ray.train.report(report)
         faults.after_step(cfg.debug, done, rank, run_dir)
         if cfg.debug.step_delay_s > 0:
             time.sleep(cfg.debug.step_delay_s)
@@ -195,6 +203,16 @@ def train_loop_per_worker(config_dict: dict) -> None:
     _export(cfg, model, view, kwargs, run_dir, rank)
     if logger:
         logger.close()
+
+
+def _count_flops(model, view: DatasetView, kwargs: dict, device) -> float:
+    """Training FLOPs per sample on this dataset's instructions (before sharding)."""
+    t = view.transform
+    batch = example_batch(
+        t.task_tokens, t.task_mask, list(kwargs["camera_keys"]), list(kwargs["image_size"]),
+        kwargs["state_dim"], kwargs["action_dim"], kwargs["chunk_size"], device,
+    )  # fmt: skip
+    return training_flops_per_sample(model, batch)
 
 
 def preload(view: DatasetView) -> InMemorySource:

@@ -23,8 +23,10 @@ def ray_cluster():
     # 60 s default would make a test wait for a node it has just removed. Raylets and the
     # controller inherit this environment.
     os.environ.setdefault("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "5")
+    # The dashboard serves the State API, which Ray Train's placement-group cleaner needs to
+    # free a trial's workers when Tune stops it early (ASHA); without it they leak.
     cluster = Cluster(
-        initialize_head=True, head_node_args={"num_cpus": 8, "include_dashboard": False}
+        initialize_head=True, head_node_args={"num_cpus": 8, "include_dashboard": True}
     )
     ray.init(address=cluster.address, log_to_driver=False)
     yield cluster

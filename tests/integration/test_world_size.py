@@ -33,3 +33,50 @@ def test_one_and_two_workers_read_the_same_global_batches(run_args, tmp_path):
         for line in (tmp_path / "runs" / "w1" / "samples.jsonl").read_text().splitlines()
     ]
     assert {r["world_size"] for r in rows} == {1} and all(len(r["ids"]) == 16 for r in rows)
+
+
+def test_export_cli_turns_checkpoints_of_any_world_size_into_the_same_policy(run_args, tmp_path):
+    """Export from the last checkpoint equals the run's own export (bitwise), W=1 and W=2, and
+    the loaded policy predicts what the exported weights predict."""
+    import numpy as np
+    import torch
+    from safetensors.numpy import load_file
+    from safetensors.torch import load_file as load_torch
+
+    from raytrain_vla import export, policy
+    from raytrain_vla.train.resume import latest_checkpoint
+
+    for workers in (1, 2):
+        name = f"exp{workers}"
+        assert run.main(run_args(name, 3, f"--ray.num_workers={workers}")) == 0
+        run_dir = tmp_path / "runs" / name
+        out = tmp_path / f"policy{workers}"
+        assert export.main([str(latest_checkpoint(run_dir)), str(out)]) == 0
+        ours, theirs = (
+            load_file(str(out / "model.safetensors")),
+            load_file(str(run_dir / "export" / "model.safetensors")),
+        )
+        assert ours.keys() == theirs.keys()
+        for key in ours:
+            np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
+        obs = {
+            "observation.image": np.zeros((32, 32, 3), np.uint8),
+            "state": np.zeros(2, np.float32),
+            "instruction": "reach the red disc",
+        }
+        a = policy.load(out, seed=3).predict_action(obs)
+        b = policy.load(run_dir / "export", seed=3).predict_action(obs)
+        np.testing.assert_allclose(a, b, atol=1e-5)
+        half = tmp_path / f"policy{workers}_bf16"
+        assert export.main([str(latest_checkpoint(run_dir)), str(half), "--dtype", "bf16"]) == 0
+        halves = load_torch(str(half / "model.safetensors"))
+        assert all(v.dtype == torch.bfloat16 for v in halves.values() if v.is_floating_point())
+
+
+def test_export_cli_refuses_a_directory_that_is_not_a_checkpoint(tmp_path, capsys):
+    from raytrain_vla import export
+
+    assert export.main([str(tmp_path), str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a raytrain_vla training checkpoint" in err[0]
+    assert not (tmp_path / "out").exists()

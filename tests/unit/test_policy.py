@@ -84,3 +84,43 @@ def test_bad_observations_name_the_problem(policy_dir, obs, match):
 def test_not_a_policy_directory(tmp_path):
     with pytest.raises(FileNotFoundError, match="model.safetensors"):
         policy.load(tmp_path)
+
+
+def test_select_action_serves_the_chunk_then_replans_and_reset_restarts(policy_dir):
+    obs = {
+        "observation.image": np.zeros((16, 16, 3), np.uint8),
+        "state": np.array([0.4, 0.6], np.float32),
+        "instruction": "reach the red disc",
+    }
+    p = policy.load(policy_dir, seed=5, n_action_steps=3)
+    chunk = policy.load(policy_dir, seed=5).predict_action(obs)
+    first = [p.select_action(obs) for _ in range(3)]
+    np.testing.assert_allclose(np.stack(first), chunk[:3], atol=1e-6)  # one chunk, in order
+    fourth = p.select_action(obs)  # the queue ran dry: a new chunk from fresh noise
+    assert fourth.shape == (2,) and not np.allclose(fourth, chunk[3])
+    p.reset()
+    np.testing.assert_allclose(p.select_action(obs), chunk[0], atol=1e-6)
+
+
+def test_closed_loop_scores_the_same_scenes_for_every_controller(policy_dir):
+    from raytrain_vla.closed_loop import evaluate
+
+    p = policy.load(policy_dir, seed=0, n_action_steps=4)
+    results = {r.name: r for r in evaluate(p, episodes=2, seed=7, image_size=16)}
+    assert set(results) == {"policy", "random", "instruction_blind"}
+    for r in results.values():
+        assert r.episodes == 2 and 0.0 <= r.success_rate <= 1.0 and r.mean_final_distance >= 0
+        assert 1 <= r.mean_steps <= 40
+
+
+def test_eval_cli_reports_json_and_refuses_a_bad_policy_directory(policy_dir, tmp_path, capsys):
+    import json
+
+    from raytrain_vla import eval as eval_cli
+
+    assert eval_cli.main([str(policy_dir), "--episodes", "1", "--n-action-steps", "4"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert set(report) == {"policy", "random", "instruction_blind"}
+    assert eval_cli.main([str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a policy directory" in err[0]
