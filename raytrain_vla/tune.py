@@ -1,0 +1,66 @@
+"""`python -m raytrain_vla.tune --space tune_spaces/NAME.yaml [--name SWEEP] [--config CFG.yaml]
+[--dotted.key=value ...]`: sweep config keys with Ray Tune, each trial a full training run.
+
+Writes `<ray.storage_path>/<name>/`: `results.csv`, `best_config.yaml` (ready for
+`python -m raytrain_vla.run --config ...`), `best_policy/` and one Train run per trial under
+`trials/`. Re-running the same name continues the sweep; finished trials are not run again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from raytrain_vla.config import ConfigError, absolute_paths, parse_cli
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(prog="python -m raytrain_vla.tune", description=__doc__)
+    parser.add_argument("--space", required=True, help="a space file, e.g. tune_spaces/full.yaml")
+    parser.add_argument("--name", default="", help="sweep name (default: the space file's stem)")
+    return parser.parse_known_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, rest = parse_args(sys.argv[1:] if argv is None else argv)
+    # Imported here so `--help` and config errors answer without importing Ray Tune.
+    from raytrain_vla.tuning.space import load_space
+
+    try:
+        base = absolute_paths(parse_cli(rest))
+        space = load_space(args.space, base)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    sweep_dir = Path(base.ray.storage_path) / (args.name or Path(args.space).stem)
+
+    from raytrain_vla.data.source import ensure_dataset
+    from raytrain_vla.run import init_ray
+    from raytrain_vla.tuning import sweep
+
+    try:
+        sweep.record_sweep(sweep_dir, space, base)
+        ensure_dataset(base.data)
+    except (ConfigError, ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2 if isinstance(err, ConfigError) else 1
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # one status table, not per-trial logs
+    init_ray(base, max_concurrent_trials=space.max_concurrent_trials)
+    try:
+        tuner = sweep.build_tuner(space, base, sweep_dir)
+        grid = tuner.fit()
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    rows = sweep.results_table(grid, space, base)
+    print(sweep.format_table(rows))
+    csv_path = sweep.write_results(rows, sweep_dir)
+    best_path, best = sweep.write_best(rows, space, base, sweep_dir)
+    print(f"results: {csv_path}\nbest config: {best_path}\nbest policy: {best['export']}")
+    return 0 if any(r["error"] == "" for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Ray Tune sweeps over config keys: space files and the sweep driver."""

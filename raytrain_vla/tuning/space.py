@@ -1,0 +1,390 @@
+"""Sweep space files: parse, validate against the config schema, and apply sampled values.
+
+Pure Python (no Ray): a bad space file is refused, with the file and key named, before any
+trial starts. The format is documented in `tune_spaces/README.md`.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from raytrain_vla.config import Config, ConfigError, from_tree, to_dict
+from raytrain_vla.config.loader import RESUMABLE_KEYS, valid_keys
+
+# Domain name -> number of arguments (None: a non-empty list of values).
+DOMAINS: dict[str, int | None] = {
+    "loguniform": 2,
+    "uniform": 2,
+    "quniform": 3,
+    "randint": 2,
+    "choice": None,
+    "grid": None,
+}
+SCHEDULERS = ("asha", "median", "none")
+ALGORITHMS = ("random", "optuna")
+METRICS = ("val_action_mse", "val_action_l1", "val_loss", "val_mse_ratio")
+TOP_LEVEL = (
+    "metric",
+    "mode",
+    "num_samples",
+    "max_concurrent_trials",
+    "resources",
+    "fixed",
+    "scheduler",
+    "search",
+    "params",
+)
+# Recipe keys that define what the metric measures: tuning them would compare different things.
+NOT_TUNABLE = ("data.val_fraction", "data.val_episodes", "data.demo_episodes", "data.demo_seed")
+GROUP_PREFIX = "optimizer.groups."
+
+
+class SpaceError(ConfigError):
+    """A space file that cannot be swept; the message names the file and key."""
+
+
+@dataclass(frozen=True)
+class Param:
+    key: str
+    domain: str
+    args: tuple
+    # Active only when every named key has one of the listed values (others keep the default).
+    when: dict[str, tuple] = field(default_factory=dict)
+
+
+@dataclass
+class SchedulerSpec:
+    type: str = "asha"
+    # Steps a trial always runs before it can be stopped; 0 means one validation interval.
+    grace_period: int = 0
+    reduction_factor: float = 2.0
+    # Median stopping: trials that must report before the median is trusted.
+    min_samples_required: int = 3
+
+
+@dataclass
+class Space:
+    path: Path
+    metric: str
+    mode: str
+    num_samples: int
+    max_concurrent_trials: int
+    params: list[Param]
+    scheduler: SchedulerSpec
+    algorithm: str = "random"
+    seed: int | None = None
+    fixed: dict[str, Any] = field(default_factory=dict)
+    resources: dict[str, Any] = field(default_factory=dict)
+
+    def has_grid(self) -> bool:
+        return any(p.domain == "grid" for p in self.params)
+
+
+def set_dotted(tree: dict, key: str, value: Any, source: str) -> None:
+    """Set `a.b.c` in a config tree; `optimizer.groups.NAME.FIELD` addresses a group by name."""
+    if key.startswith(GROUP_PREFIX):
+        parts = key[len(GROUP_PREFIX) :].split(".")
+        groups = tree["optimizer"]["groups"]
+        names = [g["name"] for g in groups]
+        if len(parts) != 2 or parts[0] not in names:
+            raise SpaceError(
+                f"{source}: unknown key '{key}': LR groups are addressed as "
+                f"'optimizer.groups.NAME.FIELD' with NAME one of {names}"
+            )
+        group = groups[names.index(parts[0])]
+        if parts[1] not in group or parts[1] in ("name", "patterns"):
+            raise SpaceError(f"{source}: '{key}': a group's tunable fields are lr, weight_decay")
+        group[parts[1]] = _like(group[parts[1]], value)
+        return
+    if key not in valid_keys():
+        raise SpaceError(f"{source}: unknown config key '{key}'{_nearest_key(key)}")
+    node = tree
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = _like(node.get(parts[-1]), value)
+
+
+def _like(current: Any, value: Any) -> Any:
+    """Tune's quniform yields floats; a whole float for an int field becomes an int."""
+    if isinstance(current, int) and not isinstance(current, bool):
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+    return value
+
+
+def _nearest_key(key: str) -> str:
+    match = difflib.get_close_matches(key, valid_keys(), n=1, cutoff=0.0)
+    return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+def get_dotted(tree: dict, key: str) -> Any:
+    if key.startswith(GROUP_PREFIX):
+        name, field_name = key[len(GROUP_PREFIX) :].split(".")
+        return next(g[field_name] for g in tree["optimizer"]["groups"] if g["name"] == name)
+    node = tree
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+def _has_key(tree: dict, key: str) -> bool:
+    try:
+        get_dotted(tree, key)
+    except (KeyError, StopIteration, ValueError, TypeError):
+        return False
+    return True
+
+
+def is_tunable(key: str) -> bool:
+    """Recipe keys only: budget, resources, logging and storage are the sweep's, not a trial's."""
+    if key.startswith(GROUP_PREFIX):
+        return True
+    blocked = RESUMABLE_KEYS + NOT_TUNABLE
+    return not any(key == k or key.startswith(k + ".") for k in blocked)
+
+
+def _require(cond: bool, source: str, key: str, expected: str, got: Any) -> None:
+    if not cond:
+        raise SpaceError(f"{source}: bad value for '{key}': {got!r}, expected {expected}")
+
+
+def _parse_param(source: str, key: str, spec: Any) -> Param:
+    where = f"params.{key}"
+    _require(isinstance(spec, dict), source, where, "a mapping like {loguniform: [lo, hi]}", spec)
+    when = spec.get("when", {})
+    domains = [k for k in spec if k != "when"]
+    _require(
+        len(domains) == 1 and domains[0] in DOMAINS,
+        source,
+        where,
+        f"exactly one domain of {list(DOMAINS)} (plus an optional 'when')",
+        spec,
+    )
+    domain = domains[0]
+    args = spec[domain]
+    count = DOMAINS[domain]
+    _require(
+        isinstance(args, list) and (len(args) == count if count else len(args) > 0),
+        source,
+        f"{where}.{domain}",
+        f"a list of {count} numbers" if count else "a non-empty list of values",
+        args,
+    )
+    if count:
+        numeric = all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args)
+        _require(
+            numeric and args[0] < args[1],
+            source,
+            f"{where}.{domain}",
+            "[lo, hi] with lo < hi",
+            args,
+        )
+        if domain == "loguniform":
+            _require(args[0] > 0, source, f"{where}.{domain}", "0 < lo < hi", args)
+        if domain == "randint":
+            _require(
+                all(isinstance(a, int) for a in args), source, f"{where}.{domain}", "integers", args
+            )
+        if domain == "quniform":
+            _require(args[2] > 0, source, f"{where}.{domain}", "a positive step q", args)
+    _require(isinstance(when, dict), source, f"{where}.when", "a mapping of key: value(s)", when)
+    conditions = {k: tuple(v) if isinstance(v, list) else (v,) for k, v in when.items()}
+    return Param(key, domain, tuple(args), conditions)
+
+
+def _candidates(param: Param) -> list[Any]:
+    """Values that bound what the domain can produce, to check against the schema up front."""
+    if param.domain in ("choice", "grid"):
+        return list(param.args)
+    lo, hi = param.args[0], param.args[1]
+    if param.domain == "randint":
+        return [lo, hi - 1]
+    if param.domain == "quniform":
+        q = param.args[2]
+        return [float(math.ceil(lo / q) * q), float(math.floor(hi / q) * q)]
+    return [float(lo), float(hi)]
+
+
+def load_space(path: str | Path, base: Config) -> Space:
+    """Read and check a space file against the base config; raise SpaceError naming the key."""
+    path = Path(path)
+    source = str(path)
+    if not path.is_file():
+        raise SpaceError(f"{source}: space file not found")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise SpaceError(f"{source}: not valid YAML ({str(err).splitlines()[0]})") from err
+    _require(isinstance(raw, dict), source, "<root>", "a mapping", type(raw).__name__)
+    for key in raw:
+        if key not in TOP_LEVEL:
+            raise SpaceError(f"{source}: unknown key '{key}', expected one of {list(TOP_LEVEL)}")
+    metric = raw.get("metric", "val_action_mse")
+    _require(metric in METRICS, source, "metric", f"one of {list(METRICS)}", metric)
+    mode = raw.get("mode", "min")
+    _require(mode in ("min", "max"), source, "mode", "min or max", mode)
+    num_samples = raw.get("num_samples", 1)
+    _require(
+        isinstance(num_samples, int) and num_samples > 0,
+        source,
+        "num_samples",
+        "a positive integer",
+        num_samples,
+    )
+    concurrent = raw.get("max_concurrent_trials", 1)
+    _require(
+        isinstance(concurrent, int) and concurrent > 0,
+        source,
+        "max_concurrent_trials",
+        "a positive integer",
+        concurrent,
+    )
+
+    sched_raw = raw.get("scheduler", {"type": "none"})
+    _require(isinstance(sched_raw, dict), source, "scheduler", "a mapping", sched_raw)
+    fields = SchedulerSpec.__dataclass_fields__
+    for key in sched_raw:
+        if key not in fields:
+            raise SpaceError(
+                f"{source}: unknown key 'scheduler.{key}', expected one of {list(fields)}"
+            )
+    scheduler = SchedulerSpec(**sched_raw)
+    _require(
+        scheduler.type in SCHEDULERS,
+        source,
+        "scheduler.type",
+        f"one of {list(SCHEDULERS)}",
+        scheduler.type,
+    )
+    _require(
+        isinstance(scheduler.grace_period, int) and scheduler.grace_period >= 0,
+        source,
+        "scheduler.grace_period",
+        "steps >= 0",
+        scheduler.grace_period,
+    )
+    _require(
+        scheduler.reduction_factor > 1,
+        source,
+        "scheduler.reduction_factor",
+        "a number > 1",
+        scheduler.reduction_factor,
+    )
+
+    search = raw.get("search", {})
+    _require(
+        isinstance(search, dict) and set(search) <= {"algorithm", "seed"},
+        source,
+        "search",
+        "a mapping with 'algorithm' and 'seed'",
+        search,
+    )
+    algorithm = search.get("algorithm", "random")
+    _require(
+        algorithm in ALGORITHMS, source, "search.algorithm", f"one of {list(ALGORITHMS)}", algorithm
+    )
+
+    params_raw = raw.get("params", {})
+    _require(
+        isinstance(params_raw, dict) and params_raw,
+        source,
+        "params",
+        "a non-empty mapping of dotted config keys to domains",
+        params_raw,
+    )
+    params = [_parse_param(source, key, spec) for key, spec in params_raw.items()]
+
+    fixed = raw.get("fixed", {}) or {}
+    _require(
+        isinstance(fixed, dict), source, "fixed", "a mapping of dotted config keys to values", fixed
+    )
+    resources = raw.get("resources", {}) or {}
+    allowed = {"num_workers", "resources_per_worker", "use_gpu"}
+    _require(
+        isinstance(resources, dict) and set(resources) <= allowed,
+        source,
+        "resources",
+        f"a mapping with keys from {sorted(allowed)}",
+        resources,
+    )
+
+    space = Space(
+        path, metric, mode, num_samples, concurrent, params, scheduler,
+        algorithm, search.get("seed"), fixed, resources,
+    )  # fmt: skip
+    if algorithm == "optuna" and space.has_grid():
+        key = next(p.key for p in params if p.domain == "grid")
+        raise SpaceError(f"{source}: 'params.{key}': grid domains need search.algorithm: random")
+    _check_against_schema(space, base)
+    return space
+
+
+def _check_against_schema(space: Space, base: Config) -> None:
+    """Every key must be tunable and every value the domain can produce must fit the schema."""
+    source = str(space.path)
+    tree = base_tree(space, base)
+    keys = {p.key for p in space.params}
+    for param in space.params:
+        if not is_tunable(param.key):
+            raise SpaceError(
+                f"{source}: 'params.{param.key}' is not tunable (budget, resources, logging, "
+                "storage and the validation split belong to the sweep; set them under 'fixed')"
+            )
+        for cond in param.when:
+            if cond not in keys and not _has_key(tree, cond):
+                raise SpaceError(
+                    f"{source}: 'params.{param.key}.when' names unknown config key '{cond}'"
+                    f"{_nearest_key(cond)}"
+                )
+        for value in _candidates(param):
+            trial = copy.deepcopy(tree)
+            set_dotted(trial, param.key, value, f"{source}: params")
+            try:
+                from_tree(trial, f"{source}: params.{param.key}={value!r}")
+            except ConfigError as err:
+                raise SpaceError(f"{source}: params.{param.key}={value!r}: {err}") from err
+
+
+def base_tree(space: Space, base: Config) -> dict:
+    """The base config with the space's `fixed` and `resources` applied, checked."""
+    tree = to_dict(base)
+    source = f"{space.path}: fixed"
+    for key, value in space.fixed.items():
+        set_dotted(tree, key, value, source)
+    for key, value in space.resources.items():
+        set_dotted(tree, f"ray.{key}", value, f"{space.path}: resources")
+    try:
+        from_tree(tree, source)
+    except ConfigError as err:
+        raise SpaceError(f"{source}: {err}") from err
+    return tree
+
+
+def active_params(space: Space, sampled: dict[str, Any], tree: dict) -> dict[str, Any]:
+    """The sampled values whose `when` conditions hold (conditions see other sampled values)."""
+
+    def current(key: str) -> Any:
+        return sampled[key] if key in sampled else get_dotted(tree, key)
+
+    return {
+        p.key: sampled[p.key]
+        for p in space.params
+        if p.key in sampled and all(current(k) in allowed for k, allowed in p.when.items())
+    }
+
+
+def trial_config(space: Space, base: Config, sampled: dict[str, Any]) -> tuple[Config, dict]:
+    """The validated config of one trial and the parameter values that were applied."""
+    tree = base_tree(space, base)
+    applied = active_params(space, sampled, tree)
+    for key, value in applied.items():
+        set_dotted(tree, key, value, f"{space.path}: params")
+    return from_tree(tree, f"{space.path}: trial {applied}"), applied

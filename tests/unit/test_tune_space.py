@@ -1,0 +1,177 @@
+"""Space files: every kind of bad file is refused with the key named; sampled values apply."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from raytrain_vla import tune as tune_cli
+from raytrain_vla.config import load_config
+from raytrain_vla.tuning.space import SpaceError, load_space, trial_config
+
+GOOD = """
+metric: val_action_mse
+mode: min
+num_samples: 2
+scheduler: {type: asha, grace_period: 10}
+params:
+  optimizer.groups.vision.lr: {loguniform: [1.0e-5, 1.0e-3]}
+  scheduler.type: {choice: [constant, cosine]}
+  scheduler.min_lr_ratio: {uniform: [0.0, 0.2], when: {scheduler.type: cosine}}
+  scheduler.warmup_steps: {quniform: [0, 100, 25]}
+"""
+
+
+def write(tmp_path, text: str):
+    path = tmp_path / "space.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+@pytest.fixture(scope="module")
+def base():
+    return load_config()
+
+
+def test_shipped_spaces_load(base):
+    for name in ("lr_groups", "scheduler", "full"):
+        space = load_space(f"tune_spaces/{name}.yaml", base)
+        assert space.params and space.metric == "val_action_mse"
+
+
+def test_sampled_values_reach_the_config_and_conditions_apply(tmp_path, base):
+    space = load_space(write(tmp_path, GOOD), base)
+    sampled = {
+        "optimizer.groups.vision.lr": 3e-4,
+        "scheduler.type": "constant",
+        "scheduler.min_lr_ratio": 0.15,
+        "scheduler.warmup_steps": 75.0,
+    }
+    cfg, applied = trial_config(space, base, sampled)
+    vision = next(g for g in cfg.optimizer.groups if g.name == "vision")
+    assert vision.lr == 3e-4
+    assert cfg.scheduler.type == "constant" and cfg.scheduler.warmup_steps == 75
+    assert isinstance(cfg.scheduler.warmup_steps, int)
+    # min_lr_ratio is only for cosine: with constant it keeps the default.
+    assert "scheduler.min_lr_ratio" not in applied and cfg.scheduler.min_lr_ratio == 0.05
+    cfg, applied = trial_config(space, base, {**sampled, "scheduler.type": "cosine"})
+    assert cfg.scheduler.min_lr_ratio == 0.15 and applied["scheduler.min_lr_ratio"] == 0.15
+
+
+BAD = [
+    ("unknown top-level key", "metric: val_action_mse\nparamz: {}\n", "'paramz'"),
+    (
+        "unknown config key",
+        "params:\n  optimizer.lrr: {uniform: [0.1, 0.2]}\n",
+        "'optimizer.lrr' (did you mean 'optimizer.lr'?)",
+    ),
+    (
+        "unknown LR group",
+        "params:\n  optimizer.groups.head.lr: {uniform: [0.1, 0.2]}\n",
+        "'optimizer.groups.head.lr'",
+    ),
+    (
+        "unknown domain",
+        "params:\n  optimizer.lr: {normal: [0.1, 0.2]}\n",
+        "'params.optimizer.lr'",
+    ),
+    (
+        "bounds reversed",
+        "params:\n  optimizer.lr: {uniform: [0.2, 0.1]}\n",
+        "'params.optimizer.lr.uniform'",
+    ),
+    (
+        "loguniform through zero",
+        "params:\n  optimizer.lr: {loguniform: [0.0, 0.1]}\n",
+        "'params.optimizer.lr.loguniform'",
+    ),
+    (
+        "wrong argument count",
+        "params:\n  optimizer.lr: {quniform: [0.0, 0.1]}\n",
+        "'params.optimizer.lr.quniform'",
+    ),
+    (
+        "empty choice",
+        "params:\n  scheduler.type: {choice: []}\n",
+        "'params.scheduler.type.choice'",
+    ),
+    (
+        "value outside the schema's choices",
+        "params:\n  scheduler.type: {choice: [constant, linear]}\n",
+        "'scheduler.type'",
+    ),
+    (
+        "string for a number key",
+        "params:\n  train.grad_clip: {choice: [fast]}\n",
+        "'train.grad_clip'",
+    ),
+    (
+        "budget is not tunable",
+        "params:\n  train.steps: {randint: [10, 20]}\n",
+        "'params.train.steps' is not tunable",
+    ),
+    (
+        "resources are not tunable",
+        "params:\n  ray.num_workers: {choice: [1, 2]}\n",
+        "'params.ray.num_workers' is not tunable",
+    ),
+    (
+        "validation split is not tunable",
+        "params:\n  data.val_fraction: {uniform: [0.05, 0.1]}\n",
+        "'params.data.val_fraction' is not tunable",
+    ),
+    (
+        "bad metric",
+        "metric: accuracy\nparams:\n  optimizer.lr: {uniform: [0.1, 0.2]}\n",
+        "'metric'",
+    ),
+    (
+        "bad scheduler",
+        "scheduler: {type: hyperband}\nparams:\n  optimizer.lr: {uniform: [0.1, 0.2]}\n",
+        "'scheduler.type'",
+    ),
+    (
+        "unknown scheduler parameter",
+        "scheduler: {type: asha, grace: 3}\nparams:\n  optimizer.lr: {uniform: [0.1, 0.2]}\n",
+        "'scheduler.grace'",
+    ),
+    (
+        "grid with optuna",
+        "search: {algorithm: optuna}\nparams:\n  optimizer.lr: {grid: [0.1, 0.2]}\n",
+        "'params.optimizer.lr'",
+    ),
+    (
+        "condition on an unknown key",
+        "params:\n  optimizer.lr: {uniform: [0.1, 0.2], when: {scheduler.kind: cosine}}\n",
+        "'scheduler.kind'",
+    ),
+    (
+        "fixed key unknown",
+        "fixed: {train.stepz: 3}\nparams:\n  optimizer.lr: {uniform: [0.1, 0.2]}\n",
+        "'train.stepz'",
+    ),
+    (
+        "no params",
+        "metric: val_action_mse\n",
+        "'params'",
+    ),
+    ("not YAML", "params: [\n", "not valid YAML"),
+]
+
+
+@pytest.mark.parametrize("text,needle", [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_space_is_refused_with_the_key_named(tmp_path, base, text, needle):
+    with pytest.raises(SpaceError) as err:
+        load_space(write(tmp_path, text), base)
+    message = str(err.value)
+    assert needle in message and str(tmp_path / "space.yaml") in message
+    assert "\n" not in message
+
+
+def test_cli_refuses_a_bad_space_in_one_line_before_anything_runs(tmp_path, capsys):
+    space = write(tmp_path, "params:\n  train.steps: {randint: [10, 20]}\n")
+    code = tune_cli.main(["--space", str(space), f"--ray.storage_path={tmp_path / 'sweeps'}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "'params.train.steps' is not tunable" in err[0]
+    assert not (tmp_path / "sweeps").exists()
