@@ -71,6 +71,12 @@ def test_export_cli_turns_checkpoints_of_any_world_size_into_the_same_policy(run
         assert export.main([str(latest_checkpoint(run_dir)), str(half), "--dtype", "bf16"]) == 0
         halves = load_torch(str(half / "model.safetensors"))
         assert all(v.dtype == torch.bfloat16 for v in halves.values() if v.is_floating_point())
+    # The report renders both figures for a finished run.
+    from raytrain_vla import report
+
+    assert report.main([str(run_dir)]) == 0
+    for name in ("training.png", "predictions.png"):
+        assert (run_dir / "report" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
 
 
 def test_export_cli_refuses_a_directory_that_is_not_a_checkpoint(tmp_path, capsys):

@@ -1,0 +1,146 @@
+"""`python -m raytrain_vla.report RUN_DIR`: PNG plots of a run, written to RUN_DIR/report/.
+
+* `training.png`: train and validation loss, LR per group, grad norm (total and per group),
+  samples/s, the share of step time spent waiting for data, and the validation action MSE per
+  action dimension next to the mean-action baseline.
+* `predictions.png`: predicted vs true action chunks of a few held-out samples, from the run's
+  exported policy (skipped, with a note, when the run has no export or its dataset is gone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: files only
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def read_metrics(run_dir: Path) -> dict[str, list[dict]]:
+    """Rows by kind, one per step: a step redone after a restart keeps its last record."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir}: not a run directory (missing metrics.jsonl)")
+    latest: dict[tuple[str, int], dict] = {}
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        latest[(row["kind"], row["step"])] = row
+    out: dict[str, list[dict]] = {"train": [], "val": []}
+    for (kind, _), row in sorted(latest.items(), key=lambda kv: kv[0][1]):
+        out.setdefault(kind, []).append(row)
+    return out
+
+
+def _series(rows: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
+    pts = [(r["step"], r[key]) for r in rows if key in r]
+    return (np.array([p[0] for p in pts]), np.array([p[1] for p in pts], dtype=float))
+
+
+def _keys(rows: list[dict], prefix: str) -> list[str]:
+    return sorted({k for r in rows for k in r if k.startswith(prefix)})
+
+
+def plot_training(metrics: dict[str, list[dict]], out: Path) -> Path:
+    train, val = metrics["train"], metrics["val"]
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8), constrained_layout=True)
+    ax = axes[0, 0]
+    ax.plot(*_series(train, "loss"), label="train (flow matching)", lw=0.8)
+    ax.plot(*_series(val, "val_loss"), "o-", label="validation", ms=3)
+    ax.set(title="loss", xlabel="step", yscale="log")
+    ax.legend()
+    ax = axes[0, 1]
+    for key in _keys(train, "lr/"):
+        ax.plot(*_series(train, key), label=key[3:])
+    ax.set(title="learning rate per group", xlabel="step")
+    ax.legend()
+    ax = axes[0, 2]
+    ax.plot(*_series(train, "grad_norm"), label="total", lw=0.8, color="k")
+    for key in _keys(train, "grad_norm/"):
+        ax.plot(*_series(train, key), label=key[10:], lw=0.6)
+    ax.set(title="gradient norm (before clipping)", xlabel="step", yscale="log")
+    ax.legend()
+    ax = axes[1, 0]
+    ax.plot(*_series(train, "samples_per_s"))
+    ax.set(title="throughput", xlabel="step", ylabel="samples/s")
+    ax = axes[1, 1]
+    ax.plot(*_series(train, "data_wait_share"))
+    ax.set(title="share of step time waiting for data", xlabel="step", ylim=(0, 1))
+    ax = axes[1, 2]
+    for key in [k for k in _keys(val, "val_action_mse/")]:
+        ax.plot(*_series(val, key), "o-", ms=3, label=f"action dim {key.rsplit('/', 1)[1]}")
+    baseline = _series(val, "val_mean_action_mse")
+    ax.plot(*baseline, "s--", ms=3, color="gray", label="mean-action baseline")
+    ax.set(title="validation action MSE (original units)", xlabel="step", yscale="log")
+    ax.legend()
+    path = out / "training.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_predictions(run_dir: Path, out: Path, count: int = 4) -> Path:
+    """Predicted vs true chunks for held-out samples, through the exported policy."""
+    import yaml
+
+    from raytrain_vla import policy as policy_lib
+    from raytrain_vla.config import from_tree
+    from raytrain_vla.data.source import DatasetView
+    from raytrain_vla.train.resume import latest_checkpoint
+
+    export = run_dir / "export"
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is None or not (export / "model.safetensors").is_file():
+        raise FileNotFoundError(f"{run_dir}: no export or checkpoint to predict with")
+    cfg = from_tree(yaml.safe_load((ckpt / "config.yaml").read_text()), str(ckpt / "config.yaml"))
+    view = DatasetView.open(cfg.data, cfg.train.seed, cfg.train.global_batch_size)
+    policy = policy_lib.load(export, seed=0)
+    ids = np.sort(view.val_ids[np.linspace(0, len(view.val_ids) - 1, count).astype(int)])
+    cols = view.source.read(ids)
+    tasks = view.tasks
+    fig, axes = plt.subplots(1, count, figsize=(4 * count, 4), constrained_layout=True)
+    for i, ax in enumerate(np.atleast_1d(axes)):
+        obs = {
+            key: cols[f"image/{key}"][i].transpose(1, 2, 0) for key in policy.kwargs["camera_keys"]
+        }
+        obs.update(state=cols["state"][i], instruction=tasks[int(cols["task_index"][i])])
+        pred = policy.predict_action(obs)
+        true = np.asarray(cols["actions"][i])
+        valid = ~np.asarray(cols["action_is_pad"][i])
+        for d in range(true.shape[1]):
+            line = ax.plot(np.flatnonzero(valid), true[valid, d], "o-", ms=3, label=f"true {d}")
+            ax.plot(pred[:, d], "x--", color=line[0].get_color(), label=f"predicted {d}")
+        ax.set(title=f"sample {int(ids[i])}: {obs['instruction'][:28]}", xlabel="chunk step")
+        if i == 0:
+            ax.legend(fontsize=7)
+    path = out / "predictions.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m raytrain_vla.report", description=__doc__)
+    parser.add_argument("run_dir", type=Path)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        metrics = read_metrics(args.run_dir)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    out = args.run_dir / "report"
+    out.mkdir(exist_ok=True)
+    print(plot_training(metrics, out))
+    try:
+        print(plot_predictions(args.run_dir, out))
+    except (FileNotFoundError, ValueError) as err:
+        print(f"note: predictions.png skipped: {err}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
