@@ -156,6 +156,13 @@ def _require(cond: bool, source: str, key: str, expected: str, got: Any) -> None
         raise SpaceError(f"{source}: bad value for '{key}': {got!r}, expected {expected}")
 
 
+def _positive_int(raw: dict, key: str, source: str) -> int:
+    value = raw.get(key, 1)
+    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    _require(ok, source, key, "a positive integer", value)
+    return value
+
+
 def _parse_param(source: str, key: str, spec: Any) -> Param:
     where = f"params.{key}"
     _require(isinstance(spec, dict), source, where, "a mapping like {loguniform: [lo, hi]}", spec)
@@ -231,22 +238,8 @@ def load_space(path: str | Path, base: Config) -> Space:
     _require(metric in METRICS, source, "metric", f"one of {list(METRICS)}", metric)
     mode = raw.get("mode", "min")
     _require(mode in ("min", "max"), source, "mode", "min or max", mode)
-    num_samples = raw.get("num_samples", 1)
-    _require(
-        isinstance(num_samples, int) and num_samples > 0,
-        source,
-        "num_samples",
-        "a positive integer",
-        num_samples,
-    )
-    concurrent = raw.get("max_concurrent_trials", 1)
-    _require(
-        isinstance(concurrent, int) and concurrent > 0,
-        source,
-        "max_concurrent_trials",
-        "a positive integer",
-        concurrent,
-    )
+    num_samples = _positive_int(raw, "num_samples", source)
+    concurrent = _positive_int(raw, "max_concurrent_trials", source)
 
     sched_raw = raw.get("scheduler", {"type": "none"})
     _require(isinstance(sched_raw, dict), source, "scheduler", "a mapping", sched_raw)
