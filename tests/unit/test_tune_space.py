@@ -156,6 +156,11 @@ BAD = [
         "metric: val_action_mse\n",
         "'params'",
     ),
+    (
+        "zero trials",
+        "num_samples: 0\nparams:\n  optimizer.lr: {uniform: [0.1, 0.2]}\n",
+        "'num_samples'",
+    ),
     ("not YAML", "params: [\n", "not valid YAML"),
 ]
 
