@@ -18,6 +18,7 @@ from ray.train.torch import TorchConfig, TorchTrainer
 
 from raytrain_vla.config import Config, ConfigError, absolute_paths, parse_cli, to_dict
 from raytrain_vla.data.source import ensure_dataset, root_fingerprint
+from raytrain_vla.models.pretrained import weights_file
 from raytrain_vla.train.resume import check_resume, fresh_run_name
 from raytrain_vla.train.worker import run_dir_of, train_loop_per_worker
 
@@ -70,6 +71,8 @@ def build_trainer(cfg: Config, callbacks: list | None = None) -> TorchTrainer:
 def prepare_run(cfg: Config) -> None:
     """Pick the run name and refuse a resume whose recipe or dataset changed; writes nothing."""
     storage = Path(cfg.ray.storage_path)
+    if cfg.model.init_from:
+        weights_file(cfg.model.init_from)  # a wrong path fails here, not in every worker
     if cfg.ray.resume == "never":
         cfg.ray.run_name = fresh_run_name(storage, cfg.ray.run_name)
         return

@@ -265,6 +265,8 @@ def absolute_paths(cfg: Config) -> Config:
             )
     cfg.ray.storage_path = str(Path(cfg.ray.storage_path).expanduser().resolve())
     cfg.data.root = str(Path(cfg.data.root).expanduser().resolve())
+    if cfg.model.init_from:
+        cfg.model.init_from = str(Path(cfg.model.init_from).expanduser().resolve())
     return cfg
 
 

@@ -50,6 +50,11 @@ class ModelConfig:
     size: str = "tiny"  # tiny | small | base
     num_inference_steps: int = 10
     max_text_len: int = 48
+    # Start from a pretrained policy: an exported policy directory or a .safetensors file.
+    init_from: str = ""
+    # Regexes of parameter names that may be missing or change shape (they keep a fresh init),
+    # e.g. ["^action_expert\\.action_(in|out)\\."] for a robot with another action dimension.
+    init_allow: list[str] = field(default_factory=list)
 
 
 @dataclass

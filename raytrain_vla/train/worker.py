@@ -26,6 +26,7 @@ from raytrain_vla.data.pipeline import InMemorySource, iter_rank_batches
 from raytrain_vla.data.source import DatasetView
 from raytrain_vla.export import policy_meta, write_policy
 from raytrain_vla.models.flow_vla import flow_noise_and_time
+from raytrain_vla.models.pretrained import load_pretrained
 from raytrain_vla.models.registry import build_model
 from raytrain_vla.train import faults
 from raytrain_vla.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
@@ -77,7 +78,10 @@ def train_loop_per_worker(config_dict: dict) -> None:
     )
     torch.manual_seed(cfg.train.seed)  # identical init on every rank, whatever the world size
     kwargs = model_kwargs(cfg, view)
-    model = build_model(cfg.model.type, kwargs).to(device)
+    model = build_model(cfg.model.type, kwargs)
+    if cfg.model.init_from:  # before sharding; a checkpoint loaded below still wins
+        load_pretrained(model, cfg.model.init_from, cfg.model.init_allow)
+    model = model.to(device)
     freeze_for_config(model, cfg.optimizer)
     flops_per_sample = _count_flops(model, view, kwargs, device)
     peak = peak_tflops(device, cfg.train.precision, cfg.train.peak_tflops)

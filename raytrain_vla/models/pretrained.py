@@ -1,0 +1,60 @@
+"""Initialise a model from a pretrained policy (`model.init_from`) before it is sharded.
+
+Keys are matched by name and shape. Anything missing, unexpected or of another shape is an
+error naming the file and the keys, unless one of `model.init_allow` (regexes) matches it: those
+parameters keep their fresh initialisation, e.g. a new action head for another action dimension.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from torch import nn
+
+WEIGHTS = "model.safetensors"
+
+
+def weights_file(path: str | Path) -> Path:
+    path = Path(path).expanduser()
+    file = path / WEIGHTS if path.is_dir() else path
+    if not file.is_file() or file.suffix != ".safetensors":
+        raise FileNotFoundError(
+            f"model.init_from: {path} is neither a policy directory (with {WEIGHTS}) nor a "
+            ".safetensors file"
+        )
+    return file
+
+
+@torch.no_grad()
+def load_pretrained(model: nn.Module, path: str | Path, allow: list[str]) -> list[str]:
+    """Copy matching tensors into `model`, one at a time; return the keys left as initialised."""
+    file = weights_file(path)
+    own = model.state_dict()
+    allowed = [re.compile(p) for p in allow]
+
+    def is_allowed(key: str) -> bool:
+        return any(p.search(key) for p in allowed)
+
+    with safe_open(str(file), framework="pt") as f:
+        theirs = set(f.keys())
+        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in theirs & set(own)}
+        problems = {
+            "missing": sorted(set(own) - theirs),
+            "unexpected": sorted(theirs - set(own)),
+            "shape differs": sorted(k for k, s in shapes.items() if s != tuple(own[k].shape)),
+        }
+        refused = {kind: [k for k in keys if not is_allowed(k)] for kind, keys in problems.items()}
+        if any(refused.values()):
+            detail = "; ".join(f"{kind}: {keys[:4]}" for kind, keys in refused.items() if keys)
+            raise ValueError(
+                f"model.init_from: {file} does not fit this model ({detail}); name the keys to "
+                "re-initialise in model.init_allow (regexes)"
+            )
+        for key, shape in shapes.items():
+            if shape == tuple(own[key].shape):
+                own[key].copy_(f.get_tensor(key))
+    skipped = problems["missing"] + problems["shape differs"]
+    return sorted(skipped)
