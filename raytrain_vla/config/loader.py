@@ -65,17 +65,24 @@ def _packaged_default() -> dict:
     return yaml.safe_load(text) or {}
 
 
-def _read_yaml(path: str | Path) -> dict:
+def read_yaml_mapping(
+    path: str | Path, kind: str, expected: str, error: type[ConfigError] = ConfigError
+) -> dict:
+    """A YAML file whose top level is a mapping; `error` names the file and what went wrong."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"{path}: config file not found")
+        raise error(f"{path}: {kind} not found")
     try:
         tree = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from err
+        raise error(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from err
     if not isinstance(tree, dict):
-        raise ConfigError(f"{path}: expected a mapping of config sections at the top level")
+        raise error(f"{path}: expected {expected} at the top level")
     return tree
+
+
+def _read_yaml(path: str | Path) -> dict:
+    return read_yaml_mapping(path, "config file", "a mapping of config sections")
 
 
 def _merge(base: dict, update: dict) -> dict:

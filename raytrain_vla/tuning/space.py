@@ -13,10 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from raytrain_vla.config import Config, ConfigError, from_tree, to_dict
-from raytrain_vla.config.loader import RESUMABLE_KEYS, valid_keys
+from raytrain_vla.config.loader import RESUMABLE_KEYS, read_yaml_mapping, valid_keys
 
 # Domain name -> number of arguments (None: a non-empty list of values).
 DOMAINS: dict[str, int | None] = {
@@ -224,13 +222,7 @@ def load_space(path: str | Path, base: Config) -> Space:
     """Read and check a space file against the base config; raise SpaceError naming the key."""
     path = Path(path)
     source = str(path)
-    if not path.is_file():
-        raise SpaceError(f"{source}: space file not found")
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise SpaceError(f"{source}: not valid YAML ({str(err).splitlines()[0]})") from err
-    _require(isinstance(raw, dict), source, "<root>", "a mapping", type(raw).__name__)
+    raw = read_yaml_mapping(path, "space file", "a mapping", SpaceError)
     for key in raw:
         if key not in TOP_LEVEL:
             raise SpaceError(f"{source}: unknown key '{key}', expected one of {list(TOP_LEVEL)}")
