@@ -89,9 +89,14 @@ def export_checkpoint(checkpoint: Path, out_dir: Path, dtype: str = "fp32") -> P
     meta = json.loads((checkpoint / POLICY_META).read_text())
     with torch.device("meta"):
         model = build_model(meta["model_type"], meta["model_kwargs"])
-    model = model.to_empty(device="cpu")  # storage only: DCP fills every tensor
+    stored = _stored_model_keys(checkpoint)
+    left_out = set(model.state_dict()) - stored
+    if left_out:  # frozen while training: they come from the run's init source
+        model = _init_source_of(checkpoint, meta, len(left_out))
+    else:
+        model = model.to_empty(device="cpu")  # storage only: DCP fills every tensor
     state = model.state_dict()
-    dcp.load({"model": state}, checkpoint_id=str(checkpoint))
+    dcp.load({"model": {k: state[k] for k in stored}}, checkpoint_id=str(checkpoint))
     target = DTYPES[dtype]
     for key, tensor in state.items():  # one tensor at a time, so never two copies of the model
         if tensor.is_floating_point() and tensor.dtype != target:
@@ -101,6 +106,41 @@ def export_checkpoint(checkpoint: Path, out_dir: Path, dtype: str = "fp32") -> P
         out_dir, state, meta["model_type"], meta["model_kwargs"], normalizer,
         np.asarray(meta["mean_action"]), meta["tasks"],
     )  # fmt: skip
+
+
+def _stored_model_keys(checkpoint: Path) -> set[str]:
+    import torch.distributed.checkpoint as dcp
+
+    metadata = dcp.FileSystemReader(str(checkpoint)).read_metadata()
+    prefix = "model."
+    return {k[len(prefix) :] for k in metadata.state_dict_metadata if k.startswith(prefix)}
+
+
+def _init_source_of(checkpoint: Path, meta: dict, left_out: int) -> torch.nn.Module:
+    """Rebuild the run's init source and prove it still holds the frozen values trained with."""
+    import yaml
+
+    from raytrain_vla.config import from_tree
+    from raytrain_vla.models.pretrained import build_init_source
+    from raytrain_vla.train import checkpoint as ckpt
+
+    config_file = checkpoint / ckpt.CONFIG
+    cfg = from_tree(yaml.safe_load(config_file.read_text()), str(config_file))
+    source = f"model.init_from={cfg.model.init_from or '(none: seeded init)'}"
+    try:
+        model = build_init_source(
+            meta["model_type"], meta["model_kwargs"], cfg.train.seed,
+            cfg.model.init_from, cfg.model.init_allow,
+        )  # fmt: skip
+    except FileNotFoundError as err:
+        raise FileNotFoundError(
+            f"{checkpoint} leaves out {left_out} frozen parameters, to be restored from {source}: {err}"
+        ) from err
+    stored = _stored_model_keys(checkpoint)
+    frozen = [name for name, _ in model.named_parameters() if name not in stored]
+    state = ckpt.read_train_state(checkpoint)
+    ckpt.check_frozen(state, ckpt.frozen_checksum(model, frozen), source)
+    return model
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,8 @@
-"""Initialise a model from a pretrained policy (`model.init_from`) before it is sharded.
+"""The weights a run starts from: a seeded fresh init, then `model.init_from` if set.
+
+Only rank 0 builds this "init source"; the other ranks receive it by broadcast into their shards
+(`train.materialize`). Parameters a run keeps frozen are restored from it on resume and in
+`export`, so checkpoints need not carry them.
 
 Keys are matched by name and shape. Anything missing, unexpected or of another shape is an
 error naming the file and the keys, unless one of `model.init_allow` (regexes) matches it: those
@@ -13,6 +17,8 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 from torch import nn
+
+from raytrain_vla.models.registry import build_model
 
 WEIGHTS = "model.safetensors"
 
@@ -58,3 +64,16 @@ def load_pretrained(model: nn.Module, path: str | Path, allow: list[str]) -> lis
                 own[key].copy_(f.get_tensor(key))
     skipped = problems["missing"] + problems["shape differs"]
     return sorted(skipped)
+
+
+def build_init_source(
+    model_type: str, kwargs: dict, seed: int, init_from: str = "", init_allow: list[str] = ()
+) -> nn.Module:
+    """Deterministic in (seed, init_from) and independent of the world size; leaves the global
+    RNG untouched, so building it on one rank only keeps every rank's RNG stream the same."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = build_model(model_type, kwargs)
+    if init_from:
+        load_pretrained(model, init_from, list(init_allow))
+    return model

@@ -1,5 +1,9 @@
 """Checkpoint state: DCP shards for model + optimizer, JSON for the rest, RNG per rank.
 
+Frozen parameters are left out (as wall-x does): they never change, so resume and `export`
+restore them from the run's init source, and a checksum in `train_state.json` proves the init
+source still holds the same values.
+
 Every rank writes into its own staging directory; Ray Train merges them into one checkpoint and
 registers it only after all ranks reported. DCP shards can be loaded at a different world size.
 """
@@ -9,14 +13,21 @@ from __future__ import annotations
 import json
 import random
 import sys
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_state_dict,
+    set_state_dict,
+)
+from torch.distributed.tensor import DTensor
 
 TRAIN_STATE = "train_state.json"
 SCHEDULER = "scheduler.json"
@@ -36,6 +47,9 @@ class TrainState:
     run_name: str
     config_hash: str
     dataset_fingerprint: str
+    # Sum and sum of squares (float64) of the parameters left out because they are frozen.
+    frozen_params: int = 0
+    frozen_checksum: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
@@ -49,6 +63,38 @@ class TrainState:
     def from_dict(cls, d: dict) -> TrainState:
         fields = cls.__dataclass_fields__
         return cls(**{k: v for k, v in d.items() if k in fields})
+
+
+def frozen_checksum(model: nn.Module, frozen: Collection[str]) -> list[float]:
+    """Collective when distributed: [sum, sum of squares] over every rank's shards."""
+    params = dict(model.named_parameters())
+    acc = torch.zeros(2, dtype=torch.float64)
+    for name in sorted(frozen):
+        param = params[name].detach()
+        local = (param.to_local() if isinstance(param, DTensor) else param).double()
+        acc += torch.stack([local.sum(), local.square().sum()]).cpu()
+    if dist.is_available() and dist.is_initialized():
+        device = (
+            torch.device("cuda", torch.cuda.current_device())
+            if dist.get_backend() == "nccl"
+            else None
+        )
+        acc = acc.to(device) if device else acc
+        dist.all_reduce(acc)
+    return acc.cpu().tolist()
+
+
+def check_frozen(state: TrainState, checksum: list[float], source: str) -> None:
+    """The frozen parameters a checkpoint left out must come back with the same values."""
+    if not state.frozen_params:
+        return
+    scale = 1e-9 * max(1.0, abs(state.frozen_checksum[1]))
+    if any(abs(a - b) > scale for a, b in zip(checksum, state.frozen_checksum, strict=True)):
+        raise ValueError(
+            f"checkpoint of run '{state.run_name}' left out its {state.frozen_params} frozen "
+            f"parameters, but {source} no longer gives the values it trained with (checksum "
+            f"{checksum} vs {state.frozen_checksum}); restore the init source or use a new ray.run_name"
+        )
 
 
 def rng_state() -> dict:
@@ -93,14 +139,16 @@ def save_checkpoint(
     config_yaml: str,
     normalization: dict,
     policy: dict,
+    frozen: Collection[str] = (),
 ) -> None:
     """Collective: every rank calls it with its own `directory`.
 
     `policy` (model type and builder arguments, tasks, mean action) lets `export` rebuild the
-    model from the checkpoint alone.
+    model from the checkpoint alone. `frozen` parameters are not written.
     """
     directory.mkdir(parents=True, exist_ok=True)
     model_sd, optim_sd = get_state_dict(model, optimizer)
+    model_sd = {k: v for k, v in model_sd.items() if k not in frozen}
     dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=str(directory))
     (directory / RNG_DIR).mkdir(exist_ok=True)
     torch.save(rng_state(), directory / RNG_DIR / f"rank{rank}.pt")
@@ -126,14 +174,21 @@ def load_checkpoint(
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     rank: int,
     world_size: int,
+    frozen: Collection[str] = (),
 ) -> TrainState:
-    """Collective. Restores everything; RNG only when the world size is unchanged."""
+    """Collective. Restores everything but the `frozen` parameters, which keep their values;
+    RNG only when the world size is unchanged."""
     state = read_train_state(directory)
     model_sd, optim_sd = get_state_dict(model, optimizer)
+    model_sd = {k: v for k, v in model_sd.items() if k not in frozen}
     loaded = {"model": model_sd, "optimizer": optim_sd}
     dcp.load(loaded, checkpoint_id=str(directory))
     set_state_dict(
-        model, optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optimizer"]
+        model,
+        optimizer,
+        model_state_dict=loaded["model"],
+        optim_state_dict=loaded["optimizer"],
+        options=StateDictOptions(strict=not frozen),
     )
     scheduler.load_state_dict(json.loads((directory / SCHEDULER).read_text()))
     rng_file = directory / RNG_DIR / f"rank{rank}.pt"

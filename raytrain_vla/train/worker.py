@@ -26,12 +26,18 @@ from raytrain_vla.data.pipeline import InMemorySource, iter_rank_batches
 from raytrain_vla.data.source import DatasetView
 from raytrain_vla.export import policy_meta, write_policy
 from raytrain_vla.models.flow_vla import flow_noise_and_time
-from raytrain_vla.models.pretrained import load_pretrained
-from raytrain_vla.models.registry import build_model
+from raytrain_vla.models.pretrained import build_init_source
 from raytrain_vla.train import faults
-from raytrain_vla.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
+from raytrain_vla.train.checkpoint import (
+    TrainState,
+    check_frozen,
+    frozen_checksum,
+    load_checkpoint,
+    save_checkpoint,
+)
 from raytrain_vla.train.flops import example_batch, peak_tflops, training_flops_per_sample
 from raytrain_vla.train.fsdp import apply_fsdp
+from raytrain_vla.train.materialize import materialize_from_rank0, meta_model
 from raytrain_vla.train.metrics import MetricsLogger
 from raytrain_vla.train.optim import (
     build_optimizer,
@@ -76,19 +82,31 @@ def train_loop_per_worker(config_dict: dict) -> None:
     view = DatasetView.open(
         cfg.data, cfg.train.seed, cfg.train.global_batch_size, cfg.model.max_text_len
     )
-    torch.manual_seed(cfg.train.seed)  # identical init on every rank, whatever the world size
+    torch.manual_seed(cfg.train.seed)  # the same global RNG stream on every rank
     kwargs = model_kwargs(cfg, view)
-    model = build_model(cfg.model.type, kwargs)
-    if cfg.model.init_from:  # before sharding; a checkpoint loaded below still wins
-        load_pretrained(model, cfg.model.init_from, cfg.model.init_allow)
-    model = model.to(device)
-    freeze_for_config(model, cfg.optimizer)
-    flops_per_sample = _count_flops(model, view, kwargs, device)
+    # Rank 0 alone builds the full init source (seeded init, then `model.init_from`); every rank
+    # shards an empty meta model and receives its shards from rank 0. A checkpoint loaded below
+    # then overwrites what it holds; frozen parameters keep the init source's values.
+    source = None
+    if rank == 0:
+        source = build_init_source(
+            cfg.model.type, kwargs, cfg.train.seed, cfg.model.init_from, cfg.model.init_allow
+        )
+    model = meta_model(cfg.model.type, kwargs)
+    frozen = freeze_for_config(model, cfg.optimizer)
+    flops_per_sample = 0.0  # logged by rank 0 only
+    if source is not None:
+        freeze_for_config(source, cfg.optimizer)
+        flops_per_sample = _count_flops(source, view, kwargs, torch.device("cpu"))
     peak = peak_tflops(device, cfg.train.precision, cfg.train.peak_tflops)
     groups = resolve_groups(model.named_parameters(), cfg.optimizer)
     mesh = init_device_mesh(device.type, (world,))
     apply_fsdp(model, mesh, cfg.train)
+    storage = torch.device("cpu") if cfg.train.cpu_offload else device
+    materialize_from_rank0(model, source.state_dict() if source is not None else None, storage)
+    del source
     register_fsdp_forward_method(model, "sample_actions")
+    frozen_sum = frozen_checksum(model, frozen) if frozen else []
     optimizer = build_optimizer(model, groups, cfg.optimizer)
     scheduler = build_scheduler(optimizer, cfg.train.steps, cfg.scheduler)
     chunk, action_dim = cfg.data.chunk_size, view.action_dim
@@ -106,13 +124,17 @@ def train_loop_per_worker(config_dict: dict) -> None:
     checkpoint = ray.train.get_checkpoint()
     if checkpoint:
         with checkpoint.as_directory() as ckpt_dir:
-            state = load_checkpoint(Path(ckpt_dir), model, optimizer, scheduler, rank, world)
+            state = load_checkpoint(
+                Path(ckpt_dir), model, optimizer, scheduler, rank, world, frozen
+            )
         if state.config_hash != config_hash or state.dataset_fingerprint != view.fingerprint:
             raise ValueError(
                 f"checkpoint of run '{state.run_name}' was made with a different recipe or dataset "
                 f"(config hash {state.config_hash} vs {config_hash}, dataset {state.dataset_fingerprint} "
                 f"vs {view.fingerprint}); use a new ray.run_name"
             )
+        init_source = f"model.init_from={cfg.model.init_from or '(none: seeded init)'}"
+        check_frozen(state, frozen_sum, init_source)
         start_step = state.step
 
     run_dir = run_dir_of(cfg)
@@ -181,7 +203,7 @@ def train_loop_per_worker(config_dict: dict) -> None:
             cursor = view.plan.cursor_at(done)
             state = TrainState(
                 done, cursor.epoch, cursor.sample_in_epoch, done * cfg.train.global_batch_size, world,
-                cfg.ray.run_name, config_hash, view.fingerprint,
+                cfg.ray.run_name, config_hash, view.fingerprint, len(frozen), frozen_sum,
             )  # fmt: skip
             with tempfile.TemporaryDirectory() as tmp:
                 save_checkpoint(
@@ -194,6 +216,7 @@ def train_loop_per_worker(config_dict: dict) -> None:
                     to_yaml(cfg),
                     view.normalizer.to_dict(),
                     policy_meta(cfg.model.type, kwargs, view.mean_action, view.tasks),
+                    frozen,
                 )
                 faults.in_checkpoint_write(cfg.debug, done, rank, run_dir)
                 ray.train.report(report, checkpoint=ray.train.Checkpoint.from_directory(tmp))

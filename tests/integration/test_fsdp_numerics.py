@@ -1,4 +1,5 @@
-"""FSDP2 numerics on 2 gloo ranks (no Ray): gradients, accumulation, NaN guard, freezing.
+"""FSDP2 numerics on 2 gloo ranks (no Ray): gradients, accumulation, NaN guard, freezing, and
+filling meta-device shards from rank 0.
 
 Each check spawns two processes that shard the tiny model exactly as the Ray loop does, then
 compares against one unsharded process on the same global batch.
@@ -17,9 +18,11 @@ from torch.distributed.device_mesh import init_device_mesh
 
 from raytrain_vla.config.schema import OptimizerConfig, SchedulerConfig, TrainConfig
 from raytrain_vla.models.flow_vla import flow_noise_and_time
+from raytrain_vla.models.pretrained import build_init_source
 from raytrain_vla.models.registry import build_model
 from raytrain_vla.models.tokenizer import tokenize
 from raytrain_vla.train.fsdp import apply_fsdp
+from raytrain_vla.train.materialize import materialize_from_rank0, meta_model
 from raytrain_vla.train.optim import (
     build_optimizer,
     build_scheduler,
@@ -192,6 +195,20 @@ def dist_frozen(rank: int, world: int) -> dict:
     return {"with_grad": with_grad, "changed": changed, "all": sorted(before)}
 
 
+def dist_materialize(rank: int, world: int) -> dict:
+    """Only rank 0 builds real weights; rank 1 starts from meta and gets just its shards."""
+    source = build_init_source("flow_vla", {"size": "tiny"}, seed=5) if rank == 0 else None
+    model = meta_model("flow_vla", {"size": "tiny"})
+    apply_fsdp(model, init_device_mesh("cpu", (world,)), TrainConfig())
+    materialize_from_rank0(model, source.state_dict() if source else None, torch.device("cpu"))
+    local = sum(p.to_local().numel() for p in model.parameters())
+    total = sum(p.numel() for p in model.parameters())
+    counts = torch.zeros(world, 2, dtype=torch.int64)
+    counts[rank] = torch.tensor([local, total])
+    dist.all_reduce(counts)
+    return {"params": full_params(model), "counts": counts}
+
+
 # -- the tests -----------------------------------------------------------------------------------
 
 
@@ -239,3 +256,13 @@ def test_frozen_parameters_get_no_gradient_and_do_not_change(tmp_path):
     trainable = [n for n in result["all"] if n.startswith("action_expert.")]
     assert result["with_grad"] == trainable
     assert set(result["changed"]) <= set(trainable) and result["changed"]
+
+
+def test_meta_shards_are_filled_from_rank0_alone(tmp_path):
+    result = run_distributed("dist_materialize", tmp_path)
+    expected = build_init_source("flow_vla", {"size": "tiny"}, seed=5).state_dict()
+    assert result["params"].keys() == expected.keys()
+    for name, value in expected.items():
+        torch.testing.assert_close(result["params"][name], value, rtol=0, atol=0, msg=name)
+    (local0, total), (local1, _) = result["counts"].tolist()
+    assert local0 + local1 == total and local1 <= 0.55 * total  # rank 1 holds about half

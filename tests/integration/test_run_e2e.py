@@ -82,3 +82,57 @@ def test_metrics_fields_and_nan_guard_on_ray(run_args, tmp_path):
     assert {"lr/vision", "lr/backbone", "lr/action_expert", "grad_norm/vision"} <= record.keys()
     val = _records(tmp_path / "runs" / "metrics", "val")[-1]
     assert val["val_action_mse"] > 0 and val["val_mean_action_mse"] > 0
+
+
+DEMO_MODEL_KWARGS = {
+    "size": "tiny",
+    "camera_keys": ["observation.image"],
+    "image_size": [32, 32],
+    "state_dim": 2,
+    "action_dim": 2,
+    "chunk_size": 8,
+    "max_text_len": 48,
+    "num_inference_steps": 10,
+}
+
+
+def test_frozen_parameters_stay_out_of_checkpoints_and_resume_exactly(run_args, tmp_path):
+    """Fine-tune only the action expert from a pretrained file: checkpoints hold just what
+    trains, and resume and export restore the rest from the init source, bitwise."""
+    from safetensors.torch import save_file
+
+    from raytrain_vla import export
+    from raytrain_vla.models.pretrained import build_init_source
+
+    pretrained = tmp_path / "pretrained.safetensors"
+    weights = build_init_source("flow_vla", DEMO_MODEL_KWARGS, seed=7).state_dict()
+    save_file(weights, str(pretrained))
+    extra = ["--optimizer.train_action_expert_only=true", f"--model.init_from={pretrained}"]
+    runs = tmp_path / "runs"
+    assert run.main(run_args("head", 6, *extra)) == 0
+    ckpt = _checkpoints(runs / "head")[-1]
+    stored = export._stored_model_keys(ckpt)
+    assert stored == {k for k in weights if k.startswith("action_expert.")}, sorted(stored)[:5]
+    state = json.loads((ckpt / "train_state.json").read_text())
+    assert state["frozen_params"] == len(weights) - len(stored)
+
+    assert run.main(run_args("head", 9, *extra)) == 0
+    assert run.main(run_args("head_straight", 9, *extra)) == 0
+    resumed = load_file(str(runs / "head" / "export" / "model.safetensors"))
+    straight = load_file(str(runs / "head_straight" / "export" / "model.safetensors"))
+    for key, value in straight.items():
+        np.testing.assert_array_equal(resumed[key], value, err_msg=key)
+        if key not in stored:  # frozen: still the pretrained values
+            np.testing.assert_array_equal(value, weights[key].numpy(), err_msg=key)
+    assert any(not np.array_equal(straight[k], weights[k].numpy()) for k in stored)
+
+    # The export CLI restores the left-out parameters from the init source...
+    out = tmp_path / "from_checkpoint"
+    assert export.main([str(_checkpoints(runs / "head")[-1]), str(out)]) == 0
+    exported = load_file(str(out / "model.safetensors"))
+    for key, value in resumed.items():
+        np.testing.assert_array_equal(exported[key], value, err_msg=key)
+    # ...and refuses an init source that no longer holds the values trained with.
+    save_file(build_init_source("flow_vla", DEMO_MODEL_KWARGS, seed=8).state_dict(), str(pretrained))
+    assert export.main([str(_checkpoints(runs / "head")[-1]), str(tmp_path / "bad")]) == 1
+    assert not (tmp_path / "bad").exists()
