@@ -133,6 +133,8 @@ def test_frozen_parameters_stay_out_of_checkpoints_and_resume_exactly(run_args, 
     for key, value in resumed.items():
         np.testing.assert_array_equal(exported[key], value, err_msg=key)
     # ...and refuses an init source that no longer holds the values trained with.
-    save_file(build_init_source("flow_vla", DEMO_MODEL_KWARGS, seed=8).state_dict(), str(pretrained))
+    save_file(
+        build_init_source("flow_vla", DEMO_MODEL_KWARGS, seed=8).state_dict(), str(pretrained)
+    )
     assert export.main([str(_checkpoints(runs / "head")[-1]), str(tmp_path / "bad")]) == 1
     assert not (tmp_path / "bad").exists()
