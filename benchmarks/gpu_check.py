@@ -218,6 +218,7 @@ def ray_run(data: Path, storage: Path, size: str, micro: int, steps: int, gpu: b
         f"--ray.storage_path={storage}",
         "--ray.run_name=gpu_check",
         "--logging.wandb_mode=disabled",
+        "--eval.episodes=0",
         "--logging.console=false",
     ]
     if run.main(args) != 0:

@@ -49,6 +49,7 @@ def _overrides(args: argparse.Namespace, run_dir: str) -> list[str]:
         f"--ray.storage_path={run_dir}",
         "--ray.run_name=overhead",
         "--logging.wandb_mode=disabled",
+        "--eval.episodes=0",
     ]
 
 

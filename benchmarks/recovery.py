@@ -40,6 +40,7 @@ def one_run(data: Path, storage: Path, name: str, kill_step: int) -> dict:
         f"--ray.run_name={name}",
         "--ray.max_failures=1",
         "--logging.wandb_mode=disabled",
+        "--eval.episodes=0",
         "--logging.console=false",
         f"--debug.kill_at_step={kill_step}",
         "--debug.kill_rank=1",

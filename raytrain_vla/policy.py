@@ -90,16 +90,29 @@ class Policy:
         return self.normalizer.unnormalize("action", actions.float())[0].numpy()
 
 
+def from_state(
+    state_dict: dict[str, torch.Tensor],
+    config: dict,
+    normalizer: Normalizer,
+    seed: int = 0,
+    n_action_steps: int = 0,
+    source: str = "state dict",
+) -> Policy:
+    """A policy from weights in memory (e.g. gathered mid-training) and its `config.json` dict."""
+    model = build_model(config["model_type"], config["model_kwargs"])
+    missing, unexpected = model.load_state_dict(state_dict, strict=False)
+    if missing or unexpected:
+        raise ValueError(f"{source}: missing keys {missing[:5]}, unexpected keys {unexpected[:5]}")
+    return Policy(model, config, normalizer, seed, n_action_steps)
+
+
 def load(path: str | Path, seed: int = 0, n_action_steps: int = 0) -> Policy:
     path = Path(path)
     for name in (WEIGHTS, CONFIG, NORMALIZATION):
         if not (path / name).is_file():
             raise FileNotFoundError(f"{path}: not a policy directory (missing {name})")
     config = json.loads((path / CONFIG).read_text())
-    model = build_model(config["model_type"], config["model_kwargs"])
-    missing, unexpected = model.load_state_dict(load_file(str(path / WEIGHTS)), strict=False)
-    if missing or unexpected:
-        raise ValueError(
-            f"{path / WEIGHTS}: missing keys {missing[:5]}, unexpected keys {unexpected[:5]}"
-        )
-    return Policy(model, config, Normalizer.load(path / NORMALIZATION), seed, n_action_steps)
+    return from_state(
+        load_file(str(path / WEIGHTS)), config, Normalizer.load(path / NORMALIZATION),
+        seed, n_action_steps, str(path / WEIGHTS),
+    )  # fmt: skip

@@ -245,6 +245,17 @@ def validate(cfg: Config) -> None:
             f"{cfg.ray.elastic_resize_monitor_interval_s}, {cfg.debug.step_delay_s}; expected a "
             "positive interval and a non-negative delay"
         )
+    if min(cfg.eval.episodes, cfg.eval.rollouts_logged, cfg.eval.n_action_steps) < 0:
+        raise ConfigError(
+            "bad value for 'eval.episodes', 'eval.rollouts_logged' or 'eval.n_action_steps': "
+            f"{cfg.eval.episodes}, {cfg.eval.rollouts_logged}, {cfg.eval.n_action_steps}; "
+            "expected non-negative integers"
+        )
+    if cfg.eval.n_action_steps > cfg.data.chunk_size:
+        raise ConfigError(
+            f"bad value for 'eval.n_action_steps': {cfg.eval.n_action_steps}, expected at most "
+            f"data.chunk_size ({cfg.data.chunk_size})"
+        )
     names = [g.name for g in cfg.optimizer.groups]
     if len(set(names)) != len(names) or any(not n for n in names):
         raise ConfigError(
@@ -290,6 +301,7 @@ def to_yaml(cfg: Config) -> str:
 RESUMABLE_KEYS = (
     "ray",
     "logging",
+    "eval",
     "debug",
     "train.steps",
     "train.micro_batch_size",

@@ -139,6 +139,21 @@ class LoggingConfig:
 
 
 @dataclass
+class EvalConfig:
+    """Closed-loop episodes in the demo task's simulator; ignored for other datasets."""
+
+    # Episodes run with the exported policy when training ends (0: none), next to a random and
+    # an instruction-blind baseline on the same scenes.
+    episodes: int = 0
+    # Also run the policy's episodes at every validation (weights gathered on rank 0).
+    at_validation: bool = False
+    # Policy episodes kept as frames: PNG strips and mp4s in RUN/rollouts/, a wandb table.
+    rollouts_logged: int = 4
+    seed: int = 1000  # scenes differ from the demo dataset's (seed data.demo_seed)
+    n_action_steps: int = 0  # actions executed per predicted chunk; 0: the whole chunk
+
+
+@dataclass
 class DebugConfig:
     log_sample_ids: bool = False
     # Fault injection for tests: make the loss NaN on one rank at one step.
@@ -162,4 +177,5 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)

@@ -1,6 +1,7 @@
 """Rank-0 metric sinks: a console line, `metrics.jsonl` in the run directory, and wandb.
 
-wandb runs offline unless configured; a missing or broken wandb never stops training.
+wandb runs offline unless configured; a missing or broken wandb never stops training. The wandb
+run id is fixed per run (name plus recipe hash), so a resumed run continues the same wandb run.
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ import logging
 import time
 from pathlib import Path
 
+import numpy as np
+
+from raytrain_vla.closed_loop import EvalResult, frame_strip
 from raytrain_vla.config.schema import LoggingConfig
 
 log = logging.getLogger(__name__)
@@ -63,10 +67,53 @@ class MetricsLogger:
             # which shows every line twice; one logger call shows it once.
             log.info(self._line(step, metrics, kind))
 
+    def log_eval(self, step: int, results: list[EvalResult]) -> None:
+        """Success and final distance per controller, and every recorded rollout as a PNG strip,
+        an mp4 (in RUN/rollouts/) and a row of a wandb table."""
+        metrics = {}
+        for r in results:
+            metrics[f"{r.name}_success_rate"] = r.success_rate
+            metrics[f"{r.name}_final_distance"] = r.mean_final_distance
+        self.log(step, metrics, kind="eval")
+        rollouts = [(r.name, ro) for r in results for ro in r.rollouts]
+        if not rollouts:
+            return
+        from PIL import Image
+
+        from raytrain_vla.data.sim import FPS
+        from raytrain_vla.data.video import encode_video
+
+        out = self.path.parent / "rollouts"
+        out.mkdir(exist_ok=True)
+        rows = []
+        for i, (name, ro) in enumerate(rollouts):
+            stem = out / f"step{step:06d}_{name}_{i}"
+            strip = frame_strip(ro.frames)
+            Image.fromarray(strip).save(stem.with_suffix(".png"))
+            # 4x nearest-neighbour upscale: 32 px frames are unreadable at their own size.
+            big = np.repeat(np.repeat(ro.frames, 4, axis=1), 4, axis=2)
+            encode_video(stem.with_suffix(".mp4"), big, FPS)
+            rows.append((i, name, ro.instruction, ro.success, ro.final_distance, strip, stem))
+        if self.wandb is None:
+            return
+        try:
+            import wandb
+
+            columns = ["episode", "controller", "instruction", "success", "final_distance"]
+            table = wandb.Table(columns=[*columns, "frames", "video"])
+            for i, name, instruction, success, distance, strip, stem in rows:
+                table.add_data(
+                    i, name, instruction, success, distance, wandb.Image(strip),
+                    wandb.Video(str(stem.with_suffix(".mp4")), format="mp4"),
+                )  # fmt: skip
+            self.wandb.log({"eval/rollouts": table}, step=step)
+        except Exception as err:  # noqa: BLE001 - tracking must never kill training
+            log.warning("wandb rollouts not logged: %s", err)
+
     def _line(self, step: int, metrics: dict, kind: str) -> str:
         if kind != "train":
             body = " ".join(f"{k}={_fmt(v)}" for k, v in metrics.items())
-            return f"[val] step {step}/{self.total_steps} {body}"
+            return f"[{kind}] step {step}/{self.total_steps} {body}"
         done = step - self.start_step
         elapsed = time.monotonic() - self.start
         eta = elapsed / done * (self.total_steps - step) if done > 0 else float("nan")

@@ -20,6 +20,8 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import register_fsdp_forward_method
 
+from raytrain_vla import policy as policy_lib
+from raytrain_vla.closed_loop import evaluate, is_demo_dataset, run_episodes
 from raytrain_vla.config import Config, check_batch_layout, from_tree, recipe_hash, to_dict, to_yaml
 from raytrain_vla.data.augment import ImageOps
 from raytrain_vla.data.pipeline import InMemorySource, iter_rank_batches
@@ -138,8 +140,13 @@ def train_loop_per_worker(config_dict: dict) -> None:
         start_step = state.step
 
     run_dir = run_dir_of(cfg)
+    eval_episodes = cfg.eval.episodes if is_demo_dataset(cfg.data.root) else 0
     logger = None
     if rank == 0:
+        if cfg.eval.episodes and not eval_episodes:
+            print(
+                f"[raytrain_vla] eval.episodes ignored: {cfg.data.root} is not the demo task's data"
+            )
         for name in prune_untracked_checkpoints(run_dir):
             print(f"[raytrain_vla] removed unregistered checkpoint {run_dir / name}")
         logger = MetricsLogger(
@@ -195,6 +202,8 @@ def train_loop_per_worker(config_dict: dict) -> None:
             val_metrics = validate(
                 model, val_batches, view.normalizer, view.mean_action, cfg.train.seed
             )
+            if eval_episodes and cfg.eval.at_validation:  # collective: weights gathered on rank 0
+                val_metrics.update(_closed_loop_now(model, cfg, view, kwargs, eval_episodes, rank))
             if logger:
                 logger.log(done, val_metrics, kind="val")
         report = {"step": done, **{k: v for k, v in metrics.items() if "/" not in k}}
@@ -229,7 +238,38 @@ def train_loop_per_worker(config_dict: dict) -> None:
             window_start = time.perf_counter()  # validation and checkpoints stay out of step timing
     _export(cfg, model, view, kwargs, run_dir, rank)
     if logger:
+        if eval_episodes:
+            exported = policy_lib.load(
+                run_dir / "export", seed=cfg.eval.seed, n_action_steps=cfg.eval.n_action_steps
+            )
+            image_size = int(kwargs["image_size"][0])
+            results = evaluate(
+                exported, eval_episodes, cfg.eval.seed, image_size, cfg.eval.rollouts_logged
+            )
+            logger.log_eval(cfg.train.steps, results)
         logger.close()
+
+
+def _closed_loop_now(
+    model, cfg: Config, view: DatasetView, kwargs: dict, episodes: int, rank: int
+) -> dict[str, float]:
+    """The policy's closed-loop success right now; rank 0 runs it on the gathered weights."""
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    state = get_model_state_dict(model, options=options)
+    if rank != 0:
+        return {}
+    meta = policy_meta(cfg.model.type, kwargs, view.mean_action, view.tasks)
+    live = policy_lib.from_state(
+        state, meta, view.normalizer, cfg.eval.seed, cfg.eval.n_action_steps
+    )
+    result = run_episodes(
+        "policy", live.select_action, live.reset, episodes, cfg.eval.seed,
+        int(kwargs["image_size"][0]),
+    )  # fmt: skip
+    return {
+        "eval_success_rate": result.success_rate,
+        "eval_final_distance": result.mean_final_distance,
+    }
 
 
 def _count_flops(model, view: DatasetView, kwargs: dict, device) -> float:

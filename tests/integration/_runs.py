@@ -6,7 +6,8 @@ from pathlib import Path
 
 
 def short_run_args(data_root: Path, storage: Path, name: str, steps: int, *extra: str) -> list[str]:
-    """Global batch 16 (micro 8), a checkpoint every 3 steps, constant LR, one log line per step."""
+    """Global batch 16 (micro 8), a checkpoint every 3 steps, constant LR, one log line per step,
+    no wandb and no closed-loop episodes."""
     return [
         f"--data.root={data_root}",
         "--data.val_fraction=0.1",
@@ -22,6 +23,7 @@ def short_run_args(data_root: Path, storage: Path, name: str, steps: int, *extra
         f"--ray.storage_path={storage}",
         f"--ray.run_name={name}",
         "--logging.wandb_mode=disabled",
+        "--eval.episodes=0",
         "--logging.console=false",
         *extra,
     ]

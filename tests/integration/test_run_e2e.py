@@ -108,15 +108,25 @@ def test_frozen_parameters_stay_out_of_checkpoints_and_resume_exactly(run_args, 
     weights = build_init_source("flow_vla", DEMO_MODEL_KWARGS, seed=7).state_dict()
     save_file(weights, str(pretrained))
     extra = ["--optimizer.train_action_expert_only=true", f"--model.init_from={pretrained}"]
+    # Observability rides along on the interrupted run only; the straight run without it must
+    # still match bitwise, so closed-loop episodes at validation leave training untouched.
+    observed = [
+        *extra,
+        "--logging.wandb_mode=offline",
+        "--train.val_interval=3",
+        "--eval.episodes=2",
+        "--eval.rollouts_logged=1",
+        "--eval.at_validation=true",
+    ]
     runs = tmp_path / "runs"
-    assert run.main(run_args("head", 6, *extra)) == 0
+    assert run.main(run_args("head", 6, *observed)) == 0
     ckpt = _checkpoints(runs / "head")[-1]
     stored = export._stored_model_keys(ckpt)
     assert stored == {k for k in weights if k.startswith("action_expert.")}, sorted(stored)[:5]
     state = json.loads((ckpt / "train_state.json").read_text())
     assert state["frozen_params"] == len(weights) - len(stored)
 
-    assert run.main(run_args("head", 9, *extra)) == 0
+    assert run.main(run_args("head", 9, *observed)) == 0
     assert run.main(run_args("head_straight", 9, *extra)) == 0
     resumed = load_file(str(runs / "head" / "export" / "model.safetensors"))
     straight = load_file(str(runs / "head_straight" / "export" / "model.safetensors"))
@@ -138,3 +148,24 @@ def test_frozen_parameters_stay_out_of_checkpoints_and_resume_exactly(run_args, 
     )
     assert export.main([str(_checkpoints(runs / "head")[-1]), str(tmp_path / "bad")]) == 1
     assert not (tmp_path / "bad").exists()
+
+    # Both attempts logged into one wandb run: same id, so `wandb sync` continues one run.
+    head = runs / "head"
+    attempts = sorted(p.name for p in (head / "wandb").glob("offline-run-*"))
+    run_ids = {name.split("-", 3)[-1] for name in attempts}  # offline-run-DATE_TIME-ID
+    assert len(attempts) == 2 and len(run_ids) == 1 and run_ids.pop().startswith("head-"), attempts
+    tables = list((head / "wandb").glob("offline-run-*/files/media/table/**/*.table.json"))
+    assert tables, "no rollouts table in the wandb run"
+    # Closed-loop scores at every validation, and with baselines and rollouts at the end.
+    val = _records(head, "val")
+    assert [r["step"] for r in val] == [3, 6, 9]
+    assert all(0.0 <= r["eval_success_rate"] <= 1.0 for r in val)
+    final = _records(head, "eval")[-1]
+    assert final["step"] == 9
+    assert {"policy_success_rate", "random_success_rate", "instruction_blind_success_rate"} <= (
+        final.keys()
+    )
+    assert {p.name for p in (head / "rollouts").glob("step000009_*")} == {
+        "step000009_policy_0.png",
+        "step000009_policy_0.mp4",
+    }

@@ -39,6 +39,8 @@ def test_lr_groups_from_the_command_line():
         (["--model.size=huge"], "'model.size'"),
         (["--train.global_batch_size=60"], "'train.global_batch_size'"),
         (["--ray.num_workers=[3, 1]"], "'ray.num_workers'"),
+        (["--eval.episodes=-1"], "'eval.episodes'"),
+        (["--eval.n_action_steps=9"], "'eval.n_action_steps'"),
     ],
 )
 def test_bad_keys_and_values_name_the_key(args, fragment):
@@ -58,7 +60,10 @@ def test_recipe_hash_ignores_resumable_keys_only():
     base = recipe_hash(load_config())
     assert (
         recipe_hash(
-            parse_cli(["--ray.num_workers=4", "--train.micro_batch_size=16", "--train.steps=9"])
+            parse_cli(
+                ["--ray.num_workers=4", "--train.micro_batch_size=16", "--train.steps=9"]
+                + ["--eval.episodes=3", "--eval.at_validation=true"]
+            )
         )
         == base
     )

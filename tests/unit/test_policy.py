@@ -124,3 +124,33 @@ def test_eval_cli_reports_json_and_refuses_a_bad_policy_directory(policy_dir, tm
     assert eval_cli.main([str(tmp_path)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not a policy directory" in err[0]
+
+
+def test_recorded_rollouts_hold_every_frame_and_strip_into_one_image(policy_dir):
+    from raytrain_vla.closed_loop import evaluate, frame_strip
+
+    p = policy.load(policy_dir, seed=0)
+    results = evaluate(p, episodes=3, seed=7, image_size=16, record=2)
+    rollouts = results[0].rollouts
+    assert len(rollouts) == 2 and all(not r.rollouts for r in results[1:])
+    for r in rollouts:
+        assert r.frames.dtype == np.uint8 and r.frames.shape[1:] == (16, 16, 3)
+        assert 2 <= len(r.frames) <= 41  # the reset frame, then one per step
+        assert r.instruction and r.final_distance >= 0
+    strip = frame_strip(rollouts[0].frames, max_frames=4)
+    count = min(4, len(rollouts[0].frames))
+    assert strip.shape == (16, 16 * count + 2 * (count - 1), 3)
+    np.testing.assert_array_equal(strip[:, :16], rollouts[0].frames[0])
+    np.testing.assert_array_equal(strip[:, -16:], rollouts[0].frames[-1])
+    assert "rollouts" not in results[0].to_dict()
+
+
+def test_only_the_simulators_own_data_counts_as_the_demo_task(tmp_path):
+    from raytrain_vla.closed_loop import is_demo_dataset
+    from raytrain_vla.data.demo import write_demo_dataset
+
+    assert is_demo_dataset(write_demo_dataset(tmp_path / "demo", num_episodes=1))
+    other = tmp_path / "other" / "meta"
+    other.mkdir(parents=True)
+    (other / "info.json").write_text('{"robot_type": "so100"}')
+    assert not is_demo_dataset(other.parent) and not is_demo_dataset(tmp_path / "missing")
