@@ -22,7 +22,7 @@ run: venv
 	$(PY) -m raytrain_vla.run $(ARGS)
 
 test: venv
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=15 tests
 
 test-unit: venv
 	$(PY) -m pytest -q tests/unit

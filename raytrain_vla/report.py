@@ -14,11 +14,10 @@ import json
 import sys
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")  # headless: files only
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+# Figures without pyplot: headless-safe, and importing this never changes a notebook's backend.
+from matplotlib.figure import Figure
 
 
 def read_metrics(run_dir: Path) -> dict[str, list[dict]]:
@@ -47,7 +46,8 @@ def _keys(rows: list[dict], prefix: str) -> list[str]:
 
 def plot_training(metrics: dict[str, list[dict]], out: Path) -> Path:
     train, val = metrics["train"], metrics["val"]
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8), constrained_layout=True)
+    fig = Figure(figsize=(15, 8), layout="constrained")
+    axes = fig.subplots(2, 3)
     ax = axes[0, 0]
     ax.plot(*_series(train, "loss"), label="train (flow matching)", lw=0.8)
     ax.plot(*_series(val, "val_loss"), "o-", label="validation", ms=3)
@@ -79,7 +79,6 @@ def plot_training(metrics: dict[str, list[dict]], out: Path) -> Path:
     ax.legend()
     path = out / "training.png"
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
@@ -102,7 +101,8 @@ def plot_predictions(run_dir: Path, out: Path, count: int = 4) -> Path:
     ids = np.sort(view.val_ids[np.linspace(0, len(view.val_ids) - 1, count).astype(int)])
     cols = view.source.read(ids)
     tasks = view.tasks
-    fig, axes = plt.subplots(1, count, figsize=(4 * count, 4), constrained_layout=True)
+    fig = Figure(figsize=(4 * count, 4), layout="constrained")
+    axes = fig.subplots(1, count)
     for i, ax in enumerate(np.atleast_1d(axes)):
         obs = {
             key: cols[f"image/{key}"][i].transpose(1, 2, 0) for key in policy.kwargs["camera_keys"]
@@ -119,7 +119,6 @@ def plot_predictions(run_dir: Path, out: Path, count: int = 4) -> Path:
             ax.legend(fontsize=7)
     path = out / "predictions.png"
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 

@@ -7,6 +7,7 @@ checkpoint load -> data from the cursor on. Everything Ray-specific stays in thi
 from __future__ import annotations
 
 import json
+import logging
 import tempfile
 import time
 from pathlib import Path
@@ -75,6 +76,8 @@ def _threads_per_worker(cfg: Config) -> int:
 
 def train_loop_per_worker(config_dict: dict) -> None:
     cfg = from_tree(config_dict, "train loop config")
+    # Ray logs each report's whole metrics dict at INFO; the console line already says it.
+    logging.getLogger("ray.train.v2._internal.execution.context").setLevel(logging.WARNING)
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     torch.set_num_threads(_threads_per_worker(cfg))
