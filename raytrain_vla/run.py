@@ -91,7 +91,20 @@ def summarize(cfg: Config, metrics: dict, seconds: float) -> dict:
         "export": str(run_dir / "export"),
         "wall_s": round(seconds, 1),
     }
+    scores = _last_eval_record(run_dir)
+    if scores:  # the closed-loop evaluation at the end of the run (eval.episodes)
+        summary["closed_loop_success"] = {
+            k.removesuffix("_success_rate"): v for k, v in scores.items() if "success" in k
+        }
     return summary
+
+
+def _last_eval_record(run_dir: Path) -> dict:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return {}
+    records = [json.loads(line) for line in path.read_text().splitlines() if '"eval"' in line]
+    return next((r for r in reversed(records) if r.get("kind") == "eval"), {})
 
 
 def _last_line(err: BaseException) -> str:

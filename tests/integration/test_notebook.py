@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import nbformat
@@ -32,6 +33,10 @@ def test_quickstart_notebook_runs_headless(ray_cluster, tmp_path, monkeypatch):
     images = [o for o in outputs if "image/png" in o.get("data", {})]
     # Frame grid, trajectories, training curves, predicted vs true chunks, rollout strips.
     assert len(images) == 5, f"expected the tour's 5 figures, got {len(images)}"
+    # run.main's summary line carries the closed-loop scores of the run's own evaluation.
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    summary = json.loads(text.split("summary: ", 1)[1].splitlines()[0])
+    assert set(summary["closed_loop_success"]) == {"policy", "random", "instruction_blind"}
     run_dir = tmp_path / "quickstart" / "runs" / "quickstart_40_8"
     assert (run_dir / "export" / "model.safetensors").is_file()
     assert (run_dir / "report" / "training.png").is_file()
