@@ -24,52 +24,6 @@ def _checkpoints(run_dir: Path) -> list[Path]:
     return sorted(p for p in run_dir.glob("checkpoint_*") if p.is_dir())
 
 
-def test_run_checkpoints_resumes_at_next_step_and_matches_uninterrupted(run_args, tmp_path):
-    runs = tmp_path / "runs"
-    debug = "--debug.log_sample_ids=true"
-    assert run.main(run_args("resumed", 6, debug)) == 0
-    first = runs / "resumed"
-    ckpt = _checkpoints(first)[-1]
-    names = {p.relative_to(ckpt).as_posix() for p in ckpt.rglob("*") if p.is_file()}
-    expected = {".metadata", "__0_0.distcp", "__1_0.distcp", "train_state.json", "scheduler.json"}
-    expected |= {"config.yaml", "normalization.json", "rng/rank0.pt", "rng/rank1.pt"}
-    assert expected <= names
-    state = json.loads((ckpt / "train_state.json").read_text())
-    assert state["step"] == 6 and state["world_size"] == 2
-
-    # Same name, larger step budget: picks up the latest checkpoint and continues at step 7.
-    assert run.main(run_args("resumed", 9, debug)) == 0
-    steps = [r["step"] for r in _records(first)]
-    assert steps == list(range(1, 10)), steps
-
-    assert run.main(run_args("straight", 9, debug)) == 0
-    resumed = load_file(str(first / "export" / "model.safetensors"))
-    straight = load_file(str(runs / "straight" / "export" / "model.safetensors"))
-    assert resumed.keys() == straight.keys()
-    for key in straight:
-        np.testing.assert_array_equal(resumed[key], straight[key], err_msg=key)
-
-    # Every global batch was read exactly once, in the same order as the uninterrupted run.
-    def ids(run_dir: Path) -> dict[tuple[int, int], list[int]]:
-        rows = [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()]
-        return {(r["step"], r["rank"]): r["ids"] for r in rows}
-
-    assert ids(first) == ids(runs / "straight")
-    assert sorted({s for s, _ in ids(first)}) == list(range(9))
-
-
-def test_export_loads_without_ray_and_predicts(run_args, tmp_path):
-    assert run.main(run_args("export", 3)) == 0
-    loaded = policy.load(tmp_path / "runs" / "export" / "export")
-    obs = ReachEnv(seed=1).reset()
-    actions = loaded.predict_action({"observation.image": obs["image"], **obs})
-    assert actions.shape == (8, 2) and np.isfinite(actions).all()
-    with pytest.raises(ValueError, match="state"):
-        loaded.predict_action(
-            {"observation.image": obs["image"], "state": [0.0], "instruction": "x"}
-        )
-
-
 def test_metrics_fields_and_nan_guard_on_ray(run_args, tmp_path):
     nan = ["--debug.nan_loss_step=1", "--debug.nan_loss_rank=1"]
     assert run.main(run_args("metrics", 3, "--train.val_interval=3", *nan)) == 0
@@ -96,9 +50,15 @@ DEMO_MODEL_KWARGS = {
 }
 
 
-def test_frozen_parameters_stay_out_of_checkpoints_and_resume_exactly(run_args, tmp_path):
-    """Fine-tune only the action expert from a pretrained file: checkpoints hold just what
-    trains, and resume and export restore the rest from the init source, bitwise."""
+def test_resumed_fine_tune_matches_a_straight_run_and_checkpoints_hold_only_what_trains(
+    run_args, tmp_path
+):
+    """Fine-tune the action expert from a pretrained file, stop at step 6, rerun the same name
+    to step 9, and compare with a straight 9-step run: the resume starts at step 7, reads every
+    global batch once in the same order and ends bitwise equal. Checkpoints hold only what
+    trains; resume and export restore the rest from the init source. Observability (wandb,
+    closed-loop episodes) rides along on the interrupted run only, so it provably leaves the
+    training untouched."""
     from safetensors.torch import save_file
 
     from raytrain_vla import export
@@ -107,9 +67,11 @@ def test_frozen_parameters_stay_out_of_checkpoints_and_resume_exactly(run_args, 
     pretrained = tmp_path / "pretrained.safetensors"
     weights = build_init_source("flow_vla", DEMO_MODEL_KWARGS, seed=7).state_dict()
     save_file(weights, str(pretrained))
-    extra = ["--optimizer.train_action_expert_only=true", f"--model.init_from={pretrained}"]
-    # Observability rides along on the interrupted run only; the straight run without it must
-    # still match bitwise, so closed-loop episodes at validation leave training untouched.
+    extra = [
+        "--optimizer.train_action_expert_only=true",
+        f"--model.init_from={pretrained}",
+        "--debug.log_sample_ids=true",
+    ]
     observed = [
         *extra,
         "--logging.wandb_mode=offline",
@@ -121,13 +83,26 @@ def test_frozen_parameters_stay_out_of_checkpoints_and_resume_exactly(run_args, 
     runs = tmp_path / "runs"
     assert run.main(run_args("head", 6, *observed)) == 0
     ckpt = _checkpoints(runs / "head")[-1]
+    names = {p.relative_to(ckpt).as_posix() for p in ckpt.rglob("*") if p.is_file()}
+    layout = {".metadata", "__0_0.distcp", "__1_0.distcp", "train_state.json", "scheduler.json"}
+    layout |= {"config.yaml", "normalization.json", "policy.json", "rng/rank0.pt", "rng/rank1.pt"}
+    assert layout <= names
+    state = json.loads((ckpt / "train_state.json").read_text())
+    assert state["step"] == 6 and state["world_size"] == 2
     stored = export._stored_model_keys(ckpt)
     assert stored == {k for k in weights if k.startswith("action_expert.")}, sorted(stored)[:5]
-    state = json.loads((ckpt / "train_state.json").read_text())
     assert state["frozen_params"] == len(weights) - len(stored)
 
     assert run.main(run_args("head", 9, *observed)) == 0
+    assert [r["step"] for r in _records(runs / "head")] == list(range(1, 10))
     assert run.main(run_args("head_straight", 9, *extra)) == 0
+
+    def ids(run_dir: Path) -> dict[tuple[int, int], list[int]]:
+        rows = [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()]
+        return {(r["step"], r["rank"]): r["ids"] for r in rows}
+
+    assert ids(runs / "head") == ids(runs / "head_straight")
+    assert sorted({s for s, _ in ids(runs / "head")}) == list(range(9))
     resumed = load_file(str(runs / "head" / "export" / "model.safetensors"))
     straight = load_file(str(runs / "head_straight" / "export" / "model.safetensors"))
     for key, value in straight.items():
@@ -135,6 +110,15 @@ def test_frozen_parameters_stay_out_of_checkpoints_and_resume_exactly(run_args, 
         if key not in stored:  # frozen: still the pretrained values
             np.testing.assert_array_equal(value, weights[key].numpy(), err_msg=key)
     assert any(not np.array_equal(straight[k], weights[k].numpy()) for k in stored)
+
+    # The export loads without Ray, predicts in the robot's units, and names a bad observation.
+    loaded = policy.load(runs / "head" / "export")
+    obs = ReachEnv(seed=1).reset()
+    assert loaded.predict_action({"observation.image": obs["image"], **obs}).shape == (8, 2)
+    with pytest.raises(ValueError, match="state"):
+        loaded.predict_action(
+            {"observation.image": obs["image"], "state": [0.0], "instruction": ""}
+        )
 
     # The export CLI restores the left-out parameters from the init source...
     out = tmp_path / "from_checkpoint"

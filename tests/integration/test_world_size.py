@@ -20,7 +20,7 @@ def _global_batches(run_dir: Path) -> dict[int, list[int]]:
     return out
 
 
-def test_one_and_two_workers_read_the_same_global_batches(run_args, tmp_path):
+def test_one_and_two_workers_read_the_same_global_batches_and_export_alike(run_args, tmp_path):
     debug = "--debug.log_sample_ids=true"
     assert run.main(run_args("w2", 5, debug, "--ray.num_workers=2")) == 0
     # One worker keeps the global batch of 16 with two accumulation steps of 8.
@@ -33,11 +33,12 @@ def test_one_and_two_workers_read_the_same_global_batches(run_args, tmp_path):
         for line in (tmp_path / "runs" / "w1" / "samples.jsonl").read_text().splitlines()
     ]
     assert {r["world_size"] for r in rows} == {1} and all(len(r["ids"]) == 16 for r in rows)
+    _export_cli_turns_checkpoints_of_any_world_size_into_the_same_policy(run_args, tmp_path)
 
 
-def test_export_cli_turns_checkpoints_of_any_world_size_into_the_same_policy(run_args, tmp_path):
-    """Export from the last checkpoint equals the run's own export (bitwise), W=1 and W=2, and
-    the loaded policy predicts what the exported weights predict."""
+def _export_cli_turns_checkpoints_of_any_world_size_into_the_same_policy(run_args, tmp_path):
+    """On the W=1 and W=2 runs above: export from the last checkpoint equals the run's own
+    export (bitwise), and the loaded policy predicts what the exported weights predict."""
     import numpy as np
     import torch
     from safetensors.numpy import load_file
@@ -47,8 +48,7 @@ def test_export_cli_turns_checkpoints_of_any_world_size_into_the_same_policy(run
     from raytrain_vla.train.resume import latest_checkpoint
 
     for workers in (1, 2):
-        name = f"exp{workers}"
-        assert run.main(run_args(name, 3, f"--ray.num_workers={workers}")) == 0
+        name = f"w{workers}"
         run_dir = tmp_path / "runs" / name
         out = tmp_path / f"policy{workers}"
         assert export.main([str(latest_checkpoint(run_dir)), str(out)]) == 0
