@@ -88,10 +88,10 @@ class MetricsLogger:
         rows = []
         for i, (name, ro) in enumerate(rollouts):
             stem = out / f"step{step:06d}_{name}_{i}"
-            strip = frame_strip(ro.frames)
-            Image.fromarray(strip).save(stem.with_suffix(".png"))
             # 4x nearest-neighbour upscale: 32 px frames are unreadable at their own size.
             big = np.repeat(np.repeat(ro.frames, 4, axis=1), 4, axis=2)
+            strip = frame_strip(big)
+            Image.fromarray(strip).save(stem.with_suffix(".png"))
             encode_video(stem.with_suffix(".mp4"), big, FPS)
             rows.append((i, name, ro.instruction, ro.success, ro.final_distance, strip, stem))
         if self.wandb is None:

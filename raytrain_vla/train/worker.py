@@ -76,8 +76,7 @@ def _threads_per_worker(cfg: Config) -> int:
 
 def train_loop_per_worker(config_dict: dict) -> None:
     cfg = from_tree(config_dict, "train loop config")
-    # Ray logs each report's whole metrics dict at INFO; the console line already says it.
-    logging.getLogger("ray.train.v2._internal.execution.context").setLevel(logging.WARNING)
+    _quiet_report_log()
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     torch.set_num_threads(_threads_per_worker(cfg))
@@ -273,6 +272,16 @@ def _closed_loop_now(
         "eval_success_rate": result.success_rate,
         "eval_final_distance": result.mean_final_distance,
     }
+
+
+def _quiet_report_log() -> None:
+    """Ray logs each report's whole metrics dict at INFO, under a logger named by its file path;
+    the console line already says it."""
+    try:
+        from ray.train.v2._internal.execution import context
+    except ImportError:  # another Ray layout: its log lines stay
+        return
+    logging.getLogger(context.__file__).setLevel(logging.WARNING)
 
 
 def _count_flops(model, view: DatasetView, kwargs: dict, device) -> float:
