@@ -99,14 +99,16 @@ def train_loop_per_worker(config_dict: dict) -> None:
     model = meta_model(cfg.model.type, kwargs)
     frozen = freeze_for_config(model, cfg.optimizer)
     flops_per_sample = 0.0  # logged by rank 0 only
+    storage = torch.device("cpu") if cfg.train.cpu_offload else device
     if source is not None:
         freeze_for_config(source, cfg.optimizer)
-        flops_per_sample = _count_flops(source, view, kwargs, torch.device("cpu"))
+        # Count where the model will run: a forward and backward of `base` is slow on CPU.
+        source = source.to(storage)
+        flops_per_sample = _count_flops(source, view, kwargs, storage)
     peak = peak_tflops(device, cfg.train.precision, cfg.train.peak_tflops)
     groups = resolve_groups(model.named_parameters(), cfg.optimizer)
     mesh = init_device_mesh(device.type, (world,))
     apply_fsdp(model, mesh, cfg.train)
-    storage = torch.device("cpu") if cfg.train.cpu_offload else device
     materialize_from_rank0(model, source.state_dict() if source is not None else None, storage)
     del source
     register_fsdp_forward_method(model, "sample_actions")
