@@ -6,17 +6,29 @@
 #   bash benchmarks/gpu_check.sh --dry-run  # on CPU: tiny model, a few steps (tests run this)
 #
 # The GPU machine has torch but not Ray, PyAV or draccus and cannot reach a package index:
-# `bash benchmarks/fetch_gpu_wheels.sh` downloads them here into .whl/ (git-ignored), and the
-# device call carries .whl. Without a .whl folder the current interpreter is used as it is.
+# `bash benchmarks/fetch_gpu_wheels.sh` downloads them here into .whl/a and .whl/b (git-ignored,
+# each under one call's 64 MiB), carried by two calls in a row. Without wheels the current
+# interpreter is used as it is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -n "${PYTHON:-}" ]; then PY="$PYTHON"
 elif [ -x .venv/bin/python ]; then PY=.venv/bin/python  # this project's venv (CPU machines)
 else PY=python3; fi                                     # the GPU image's torch interpreter
-if [ -d .whl ] && ! "$PY" -c "import ray, av, draccus" 2>/dev/null; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl
-  export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# Carried wheels (.whl/a with `--stage` in a first call, .whl/b in the second: see
+# fetch_gpu_wheels.sh) install into /tmp/site, which the warm machine keeps between calls.
+SITE=/tmp/site
+shopt -s nullglob
+wheels=(.whl/*.whl .whl/*/*.whl)
+has_deps() { "$PY" -c "import ray, av, draccus" 2>/dev/null; }
+if ! has_deps; then  # the GPU image: use (and fill) the carried site
+  export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+  if [ ${#wheels[@]} -gt 0 ] && ! has_deps; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target "$SITE" "${wheels[@]}"
+  fi
+fi
+if [ "${1:-}" = "--stage" ]; then
+  echo "staged: $("$PY" -c 'import av, draccus; print("av", av.__version__, "draccus ok")')"; exit 0
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 exec "$PY" benchmarks/gpu_check.py "$@"

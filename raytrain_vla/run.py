@@ -37,8 +37,10 @@ def init_ray(cfg: Config, max_concurrent_trials: int = 1) -> None:
     per_worker = int(cfg.ray.resources_per_worker.get("CPU", 1))
     num_cpus = cfg.ray.local_num_cpus or workers * per_worker * max_concurrent_trials + 4
     # The dashboard also serves the State API; without it Ray Train's placement-group cleaner
-    # logs a warning every few seconds.
-    ray.init(num_cpus=num_cpus, include_dashboard=True, log_to_driver=True)
+    # logs a warning every few seconds. None starts it whole with `ray[default]` installed and
+    # without the optional modules otherwise (a minimal Ray, like the GPU check's), where True
+    # would refuse to start the cluster.
+    ray.init(num_cpus=num_cpus, include_dashboard=None, log_to_driver=True)
 
 
 def build_trainer(cfg: Config, callbacks: list | None = None) -> TorchTrainer:
