@@ -28,11 +28,11 @@ test-unit: venv
 	$(PY) -m pytest -q tests/unit
 
 lint: venv
-	$(VENV)/bin/ruff check raytrain_vla tests benchmarks
-	$(VENV)/bin/ruff format --check raytrain_vla tests benchmarks
+	$(VENV)/bin/ruff check raytrain_vla tests benchmarks notebooks
+	$(VENV)/bin/ruff format --check raytrain_vla tests benchmarks notebooks
 
 format: venv
-	$(VENV)/bin/ruff format raytrain_vla tests benchmarks
+	$(VENV)/bin/ruff format raytrain_vla tests benchmarks notebooks
 
 bench: venv
 	$(PY) benchmarks/overhead.py
