@@ -92,7 +92,7 @@ def export_checkpoint(checkpoint: Path, out_dir: Path, dtype: str = "fp32") -> P
     stored = _stored_model_keys(checkpoint)
     left_out = set(model.state_dict()) - stored
     if left_out:  # frozen while training: they come from the run's init source
-        model = _init_source_of(checkpoint, meta, len(left_out))
+        model = _init_source_of(checkpoint, meta, stored)
     else:
         model = model.to_empty(device="cpu")  # storage only: DCP fills every tensor
     state = model.state_dict()
@@ -116,7 +116,7 @@ def _stored_model_keys(checkpoint: Path) -> set[str]:
     return {k[len(prefix) :] for k in metadata.state_dict_metadata if k.startswith(prefix)}
 
 
-def _init_source_of(checkpoint: Path, meta: dict, left_out: int) -> torch.nn.Module:
+def _init_source_of(checkpoint: Path, meta: dict, stored: set[str]) -> torch.nn.Module:
     """Rebuild the run's init source and prove it still holds the frozen values trained with."""
     import yaml
 
@@ -134,9 +134,8 @@ def _init_source_of(checkpoint: Path, meta: dict, left_out: int) -> torch.nn.Mod
         )  # fmt: skip
     except FileNotFoundError as err:
         raise FileNotFoundError(
-            f"{checkpoint} leaves out {left_out} frozen parameters, to be restored from {source}: {err}"
+            f"{checkpoint} leaves out its frozen parameters, to be restored from {source}: {err}"
         ) from err
-    stored = _stored_model_keys(checkpoint)
     frozen = [name for name, _ in model.named_parameters() if name not in stored]
     state = ckpt.read_train_state(checkpoint)
     ckpt.check_frozen(state, ckpt.frozen_checksum(model, frozen), source)

@@ -105,8 +105,8 @@ def _last_eval_record(run_dir: Path) -> dict:
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         return {}
-    records = [json.loads(line) for line in path.read_text().splitlines() if '"eval"' in line]
-    return next((r for r in reversed(records) if r.get("kind") == "eval"), {})
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    return next((r for r in reversed(records) if r["kind"] == "eval"), {})
 
 
 def _last_line(err: BaseException) -> str:

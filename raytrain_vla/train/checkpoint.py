@@ -74,12 +74,8 @@ def frozen_checksum(model: nn.Module, frozen: Collection[str]) -> list[float]:
         local = (param.to_local() if isinstance(param, DTensor) else param).double()
         acc += torch.stack([local.sum(), local.square().sum()]).cpu()
     if dist.is_available() and dist.is_initialized():
-        device = (
-            torch.device("cuda", torch.cuda.current_device())
-            if dist.get_backend() == "nccl"
-            else None
-        )
-        acc = acc.to(device) if device else acc
+        if dist.get_backend() == "nccl":  # nccl reduces device tensors only
+            acc = acc.cuda()
         dist.all_reduce(acc)
     return acc.cpu().tolist()
 

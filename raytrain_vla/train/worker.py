@@ -254,12 +254,17 @@ def train_loop_per_worker(config_dict: dict) -> None:
         logger.close()
 
 
+def _gather_full_state(model) -> dict:
+    """Collective: the full weights on rank 0, in CPU memory; other ranks get an empty dict."""
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return get_model_state_dict(model, options=options)
+
+
 def _closed_loop_now(
     model, cfg: Config, view: DatasetView, kwargs: dict, episodes: int, rank: int
 ) -> dict[str, float]:
     """The policy's closed-loop success right now; rank 0 runs it on the gathered weights."""
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    state = get_model_state_dict(model, options=options)
+    state = _gather_full_state(model)
     if rank != 0:
         return {}
     meta = policy_meta(cfg.model.type, kwargs, view.mean_action, view.tasks)
@@ -325,8 +330,7 @@ def _load_val_batches(cfg: Config, view: DatasetView, rank: int, world: int, dev
 
 def _export(cfg: Config, model, view: DatasetView, kwargs: dict, run_dir: Path, rank: int) -> None:
     """Gather the full weights on rank 0 (CPU) and write the policy directory."""
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    state = get_model_state_dict(model, options=options)
+    state = _gather_full_state(model)
     if rank == 0:
         write_policy(
             run_dir / "export",
