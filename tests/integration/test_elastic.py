@@ -59,8 +59,10 @@ def global_batches(run_dir: Path) -> dict[int, tuple[int, list[int]]]:
 
 
 def sample_rows(run_dir: Path) -> list[dict]:
+    """Rows written so far; a last line still being written is left for the next poll."""
     log = run_dir / "samples.jsonl"
-    return [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+    text = log.read_text() if log.exists() else ""
+    return [json.loads(x) for x in text[: text.rfind("\n") + 1].splitlines()]
 
 
 def train_losses(run_dir: Path) -> dict[int, float]:
@@ -119,6 +121,18 @@ def test_elastic_run_shrinks_grows_back_and_keeps_the_global_batches(
         assert ray.cluster_resources().get("trainer") == 1
         wait_for(
             lambda: requested_trainer_bundles() >= 2, 60, "a request for 2 trainer bundles", thread
+        )
+        # Grow back only once the one-worker attempt has saved a checkpoint of its own; sooner,
+        # the regrown attempt redoes every one-worker step and no W=1 step survives to compare.
+        shrunk_from = min(r["step"] for r in rows() if r["world_size"] == 1)
+        wait_for(
+            lambda: any(
+                r["world_size"] == 1 and r["step"] >= shrunk_from + SAVE_INTERVAL + 1
+                for r in rows()
+            ),
+            180,
+            "one worker past its first checkpoint",
+            thread,
         )
         nodes.append(ray_cluster.add_node(**TRAINER_NODE))
         shrunk_rows = len(rows())
