@@ -83,7 +83,7 @@ def _search(space: Space):
             return OptunaSearch(seed=space.seed)
         except (ImportError, AssertionError) as err:
             raise SpaceError(
-                f"{space.path}: search.algorithm 'optuna' needs `pip install optuna` ({err})"
+                f"{space.path}: search.algorithm 'optuna' needs `pip install 'raytrain_vla[optuna]'` ({err})"
             ) from err
     return BasicVariantGenerator(
         random_state=space.seed, max_concurrent=space.max_concurrent_trials
