@@ -22,6 +22,11 @@ from raytrain_vla.models.pretrained import weights_file
 from raytrain_vla.train.resume import check_resume, fresh_run_name
 from raytrain_vla.train.worker import run_dir_of, train_loop_per_worker
 
+try:  # Ray Train's console level arrived late in 2.x; without it its INFO lines stay
+    from ray.train import LoggingConfig as TrainLoggingConfig
+except ImportError:
+    TrainLoggingConfig = None
+
 
 def init_ray(cfg: Config, max_concurrent_trials: int = 1) -> None:
     """Join the given (or the job's) cluster, else start a local one with CPUs for Ray Data too."""
@@ -46,6 +51,9 @@ def init_ray(cfg: Config, max_concurrent_trials: int = 1) -> None:
 def build_trainer(cfg: Config, callbacks: list | None = None) -> TorchTrainer:
     storage = str(Path(cfg.ray.storage_path).expanduser().resolve())
     resources = dict(cfg.ray.resources_per_worker)
+    quiet = {}
+    if TrainLoggingConfig is not None:
+        quiet["logging_config"] = TrainLoggingConfig(log_level=cfg.logging.ray_train_log_level)
     if cfg.ray.use_gpu:
         resources.setdefault("GPU", 1.0)
     return TorchTrainer(
@@ -66,6 +74,7 @@ def build_trainer(cfg: Config, callbacks: list | None = None) -> TorchTrainer:
             failure_config=FailureConfig(max_failures=cfg.ray.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=cfg.ray.num_to_keep),
             callbacks=callbacks or [],
+            **quiet,
         ),
     )
 

@@ -189,6 +189,7 @@ _CHOICES = {
     "optimizer.type": ("adamw",),
     "data.normalization": ("mean_std", "min_max", "quantile"),
     "logging.wandb_mode": ("offline", "online", "disabled"),
+    "logging.ray_train_log_level": ("DEBUG", "INFO", "WARNING", "ERROR"),
     "ray.resume": ("auto", "never"),
 }
 

@@ -136,6 +136,9 @@ class LoggingConfig:
     wandb_mode: str = "offline"  # offline | online | disabled
     wandb_project: str = "raytrain_vla"
     console: bool = True
+    # Ray Train's own console lines (worker group start, checkpoint created, ...). Its session
+    # log files (/tmp/ray/session_latest/logs/train) keep every level whatever this says.
+    ray_train_log_level: str = "WARNING"  # DEBUG | INFO | WARNING | ERROR
 
 
 @dataclass

@@ -21,6 +21,7 @@ from typing import Protocol
 
 import numpy as np
 import ray
+from ray.util.debug import log_once
 
 
 class SampleSource(Protocol):
@@ -56,6 +57,9 @@ def _configure_context() -> None:
     ctx.print_on_execution_start = False
     ctx.enable_auto_log_stats = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)
+    log_once(
+        "ray_data_progress_manager_disabled"
+    )  # spends the "bars disabled" warning: we chose it
 
 
 def _read_fn(source: SampleSource, post: Postprocess | None):

@@ -41,6 +41,7 @@ def test_lr_groups_from_the_command_line():
         (["--ray.num_workers=[3, 1]"], "'ray.num_workers'"),
         (["--eval.episodes=-1"], "'eval.episodes'"),
         (["--eval.n_action_steps=9"], "'eval.n_action_steps'"),
+        (["--logging.ray_train_log_level=LOUD"], "'logging.ray_train_log_level'"),
     ],
 )
 def test_bad_keys_and_values_name_the_key(args, fragment):
@@ -63,11 +64,22 @@ def test_recipe_hash_ignores_resumable_keys_only():
             parse_cli(
                 ["--ray.num_workers=4", "--train.micro_batch_size=16", "--train.steps=9"]
                 + ["--eval.episodes=3", "--eval.at_validation=true"]
+                + ["--logging.ray_train_log_level=INFO"]
             )
         )
         == base
     )
     assert recipe_hash(parse_cli(["--optimizer.lr=0.5"])) != base
+
+
+def test_ray_train_console_level_reaches_the_trainer():
+    from raytrain_vla.run import build_trainer  # builds a TorchTrainer; starts no cluster
+
+    def level(cfg):
+        return build_trainer(cfg).run_config.logging_config.log_level
+
+    assert level(load_config()) == "WARNING"
+    assert level(parse_cli(["--logging.ray_train_log_level=INFO"])) == "INFO"
 
 
 def test_cli_exits_2_with_one_line():
