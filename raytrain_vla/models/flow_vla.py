@@ -200,19 +200,18 @@ class ActionExpert(nn.Module):
 
     def forward(
         self, x_t: torch.Tensor, time: torch.Tensor, prefix: torch.Tensor,
-        prefix_mask: torch.Tensor, action_is_pad: torch.Tensor | None = None,
+        prefix_mask: torch.Tensor,
     ) -> torch.Tensor:  # fmt: skip
+        """Velocity at every chunk position, all positions seeing each other.
+
+        No mask over padded positions: inference cannot know where the episode ends, so
+        training must not either (hiding them made near-end chunks 9x worse, docs/architecture).
+        """
         a = self.action_in(x_t)
         t = sinusoidal_embedding(time, a.shape[-1]).to(a.dtype)[:, None].expand_as(a)
         x = self.time_mlp(torch.cat([a, t], dim=-1)) + self.pos
-        mask = None
-        if action_is_pad is not None:
-            # Padded positions (past the episode end) are hidden from the others, so what the
-            # padding holds cannot leak into the loss; each token still sees itself (no NaN rows).
-            eye = torch.eye(x.shape[1], dtype=torch.bool, device=x.device)
-            mask = ((~action_is_pad)[:, None, :] | eye)[:, None]
         for block in self.blocks:
-            x = block(x, mask, context=prefix, context_mask=prefix_mask)
+            x = block(x, None, context=prefix, context_mask=prefix_mask)
         return self.action_out(self.norm(x))
 
 
@@ -260,7 +259,11 @@ class FlowVLA(nn.Module):
     def forward(
         self, batch: dict[str, Any], noise: torch.Tensor, time: torch.Tensor
     ) -> torch.Tensor:
-        """Per-sample flow-matching loss (B,): MSE over valid chunk positions and action dims."""
+        """Per-sample flow-matching loss (B,): MSE over valid chunk positions and action dims.
+
+        Positions past the episode end hold the edge action (as LeRobot pads) and stay in the
+        input, as they would at inference; they are not targets.
+        """
         # Interpolation, target and the time embedding stay in fp32 whatever the compute dtype:
         # a bf16 time is off by up to 2e-3, a whole turn of the embedding's fastest sinusoid.
         actions, noise, time = batch["actions"].float(), noise.float(), time.float()
@@ -268,7 +271,7 @@ class FlowVLA(nn.Module):
         x_t = t * noise + (1 - t) * actions
         prefix, prefix_mask = self.embed_prefix(batch)
         dtype = self.compute_dtype()
-        v = self.action_expert(x_t.to(dtype), time, prefix, prefix_mask, batch["action_is_pad"])
+        v = self.action_expert(x_t.to(dtype), time, prefix, prefix_mask)
         err = (v.float() - (noise - actions)).square().mean(-1)
         return masked_mean(err, ~batch["action_is_pad"], dim=1)
 
