@@ -57,9 +57,8 @@ def _configure_context() -> None:
     ctx.print_on_execution_start = False
     ctx.enable_auto_log_stats = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)
-    log_once(
-        "ray_data_progress_manager_disabled"
-    )  # spends the "bars disabled" warning: we chose it
+    # Spend Ray Data's one-time "progress bars disabled" warning: disabling them was our choice.
+    log_once("ray_data_progress_manager_disabled")
 
 
 def _read_fn(source: SampleSource, post: Postprocess | None):

@@ -211,7 +211,7 @@ class ActionExpert(nn.Module):
         t = sinusoidal_embedding(time, a.shape[-1]).to(a.dtype)[:, None].expand_as(a)
         x = self.time_mlp(torch.cat([a, t], dim=-1)) + self.pos
         for block in self.blocks:
-            x = block(x, None, context=prefix, context_mask=prefix_mask)
+            x = block(x, context=prefix, context_mask=prefix_mask)
         return self.action_out(self.norm(x))
 
 
