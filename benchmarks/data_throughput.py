@@ -37,7 +37,12 @@ import av
 import numpy as np
 
 from raytrain_vla.config.schema import DataConfig
-from raytrain_vla.data.writer import DatasetSpec, EpisodeData, VideoSpec, write_lerobot_dataset
+from raytrain_vla.data.formats.writer import (
+    DatasetSpec,
+    EpisodeData,
+    VideoSpec,
+    write_lerobot_dataset,
+)
 
 CAMERAS = ("observation.images.front", "observation.images.wrist")
 VARIANTS = {
@@ -271,8 +276,8 @@ def _ratios(ours: dict, base: dict, raw: dict, resume: dict) -> dict:
 
 def run_variant(root: Path, args) -> dict:
     """Every measurement on one dataset; `ours` is the pipeline exactly as training drives it."""
-    from raytrain_vla.data.lerobot import LeRobotMeta
-    from raytrain_vla.data.source import LeRobotSource
+    from raytrain_vla.data.formats.lerobot import LeRobotMeta
+    from raytrain_vla.data.formats.lerobot_source import LeRobotSource
 
     meta = LeRobotMeta.load(root)
     source = LeRobotSource(meta, args.chunk_size)

@@ -26,23 +26,36 @@ import torch.multiprocessing as mp
 from torch.distributed.device_mesh import init_device_mesh
 
 from raytrain_vla.config import load_config
-from raytrain_vla.config.schema import OptimizerConfig, SchedulerConfig, TrainConfig
+from raytrain_vla.config.schema import FlowVLAOptions, OptimizerConfig, SchedulerConfig, TrainConfig
+from raytrain_vla.data.dataset import DatasetView
 from raytrain_vla.data.demo import write_demo_dataset
-from raytrain_vla.data.source import DatasetView
-from raytrain_vla.models.flow_vla import flow_noise_and_time
-from raytrain_vla.models.registry import build_model
+from raytrain_vla.models.registry import get_family
 from raytrain_vla.train.flops import peak_tflops, training_flops_per_sample
 from raytrain_vla.train.fsdp import apply_fsdp
+from raytrain_vla.train.inputs import ReadTransform, task_array
+from raytrain_vla.train.noise import flow_noise_and_time
 from raytrain_vla.train.optim import build_optimizer, build_scheduler, resolve_groups
 from raytrain_vla.train.step import StepRunner
-from raytrain_vla.train.worker import model_kwargs
+
+FAMILY = get_family("flow_vla")
 
 # -- 1. FSDP2 gradients against one process --------------------------------------------------
 
 
+def _config(view: DatasetView, size: str):
+    return FAMILY.resolve_config(FlowVLAOptions(size=size), view.spec)
+
+
+def _build(config_dict: dict) -> torch.nn.Module:
+    return FAMILY.build(FAMILY.config_from_dict(config_dict))
+
+
 def _batch(view: DatasetView, ids: np.ndarray, device) -> dict:
-    """Real decoded samples at the dataset's native size (what the run trains on)."""
-    return view.transform(view.source.read(np.sort(ids)), device)
+    """Real decoded samples, prepared by the model's processor as the run's read tasks do."""
+    processor = FAMILY.processor(_config(view, "tiny"), view.normalizer)
+    ids = np.sort(ids)
+    cols = ReadTransform(processor, task_array(view))(view.source.read(ids), np.zeros_like(ids))
+    return processor.collate(cols, device)
 
 
 def _grad_rank(rank: int, world: int, port: int, spec: dict, out: str) -> None:
@@ -55,17 +68,16 @@ def _grad_rank(rank: int, world: int, port: int, spec: dict, out: str) -> None:
     dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
     try:
         torch.manual_seed(0)
-        model = build_model("flow_vla", spec["model_kwargs"]).to(device)
-        groups = resolve_groups(model.named_parameters(), OptimizerConfig())
+        model = _build(spec["model_config"]).to(device)
+        groups = resolve_groups(model, OptimizerConfig())
         if spec["fsdp"]:
             train_cfg = TrainConfig(precision=spec["precision"])
             apply_fsdp(model, init_device_mesh(device.type, (world,)), train_cfg)
         optimizer = build_optimizer(model, groups, OptimizerConfig())
         scheduler = build_scheduler(optimizer, 10, SchedulerConfig(type="constant", warmup_steps=0))
-        chunk, action_dim = spec["model_kwargs"]["chunk_size"], spec["model_kwargs"]["action_dim"]
 
         def noise_fn(step: int, ids: list[int]):
-            return flow_noise_and_time(0, step, ids, chunk, action_dim)
+            return flow_noise_and_time(0, step, ids, model.noise_shape)
 
         runner = StepRunner(model, optimizer, scheduler, groups, noise_fn, grad_clip=1.0)
         batch = torch.load(spec["batch"], weights_only=True)
@@ -100,7 +112,7 @@ def _spawn_grads(world: int, spec: dict, tmp: Path, tag: str) -> dict:
     return torch.load(out, weights_only=True)
 
 
-def grad_check(view: DatasetView, kwargs: dict, device: str, tmp: Path, size: str) -> dict:
+def grad_check(view: DatasetView, device: str, tmp: Path, size: str) -> dict:
     """FSDP2 fp32 and bf16 gradients on W ranks against the unsharded model in one process."""
     gpus = torch.cuda.device_count() if device == "cuda" else 0
     # Two nccl ranks cannot share one GPU; then one rank still runs every FSDP2 collective.
@@ -108,7 +120,8 @@ def grad_check(view: DatasetView, kwargs: dict, device: str, tmp: Path, size: st
     ids = view.plan.sample_ids[:8]
     batch_path = tmp / "grad_batch.pt"
     torch.save(_batch(view, ids, "cpu"), batch_path)
-    spec = {"device": device, "model_kwargs": {**kwargs, "size": size}, "batch": str(batch_path)}
+    config = _config(view, size).to_dict()
+    spec = {"device": device, "model_config": config, "batch": str(batch_path)}
     reference = _spawn_grads(1, {**spec, "fsdp": False, "precision": "fp32"}, tmp, "ref")
     result = {"backend": "nccl" if device == "cuda" else "gloo", "world_size": world}
     for precision in ("fp32", "bf16"):
@@ -145,14 +158,14 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def plain_loop(view, kwargs, size, micro: int, steps: int, device, bf16: bool) -> dict:
+def plain_loop(view, size, micro: int, steps: int, device, bf16: bool) -> dict:
     torch.manual_seed(0)
-    model = build_model("flow_vla", {**kwargs, "size": size}).to(device)
+    model = _build(_config(view, size).to_dict()).to(device)
     fused = device.type == "cuda"
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused)
     batch = _batch(view, view.plan.sample_ids[:micro], device)
     ids = batch["sample_ids"].tolist()
-    noise, t = flow_noise_and_time(0, 0, ids, kwargs["chunk_size"], kwargs["action_dim"])
+    noise, t = flow_noise_and_time(0, 0, ids, model.noise_shape)
     noise, t = noise.to(device), t.to(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -171,7 +184,7 @@ def plain_loop(view, kwargs, size, micro: int, steps: int, device, bf16: bool) -
     return out
 
 
-def largest_micro_batch(view, kwargs, size, device, start: int, limit: int) -> int:
+def largest_micro_batch(view, size, device, start: int, limit: int) -> int:
     """Double the micro-batch until a step runs out of memory or passes 85% of the card."""
     if device.type != "cuda":
         return start
@@ -179,7 +192,7 @@ def largest_micro_batch(view, kwargs, size, device, start: int, limit: int) -> i
     best, micro = start, start
     while micro <= limit:
         try:
-            result = plain_loop(view, kwargs, size, micro, 1, device, bf16=True)
+            result = plain_loop(view, size, micro, 1, device, bf16=True)
         except torch.OutOfMemoryError:
             break
         finally:
@@ -201,7 +214,7 @@ def ray_run(data: Path, storage: Path, size: str, micro: int, steps: int, gpu: b
     args = [
         f"--data.root={data}",
         "--data.val_max_samples=64",
-        f"--model.size={size}",
+        f"--model.flow_vla.size={size}",
         f"--train.steps={steps}",
         f"--train.global_batch_size={micro}",
         f"--train.micro_batch_size={micro}",
@@ -256,15 +269,12 @@ def main() -> None:
         data = write_demo_dataset(tmp / "demo", num_episodes=120 if gpu else 20, image_size=96)
         cfg = load_config(None, [f"--data.root={data}", "--data.val_max_samples=64"])
         view = DatasetView.open(cfg.data, 0, 8)
-        kwargs = model_kwargs(cfg, view)
-        report["grad_check"] = grad_check(
-            view, kwargs, device.type, tmp, "small" if gpu else "tiny"
-        )
+        report["grad_check"] = grad_check(view, device.type, tmp, "small" if gpu else "tiny")
 
-        micro = largest_micro_batch(view, kwargs, size, device, start=16, limit=1024) if gpu else 8
+        micro = largest_micro_batch(view, size, device, start=16, limit=1024) if gpu else 8
         report["micro_batch"] = micro
         torch.manual_seed(0)
-        counter_model = build_model("flow_vla", {**kwargs, "size": size}).to(device)
+        counter_model = _build(_config(view, size).to_dict()).to(device)
         batch = _batch(view, view.plan.sample_ids[: min(micro, 16)], device)
         flops = training_flops_per_sample(counter_model, batch)
         del counter_model
@@ -272,7 +282,7 @@ def main() -> None:
         report["flops_per_sample"] = flops
         report["peak_tflops"] = peak or None
 
-        plain = plain_loop(view, kwargs, size, micro, steps, device, bf16=gpu)
+        plain = plain_loop(view, size, micro, steps, device, bf16=gpu)
         plain["tflops_per_s"] = plain["samples_per_s"] * flops / 1e12
         plain["mfu"] = plain["tflops_per_s"] / peak if peak else None
         report["plain"] = plain

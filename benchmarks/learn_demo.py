@@ -19,9 +19,11 @@ import time
 import numpy as np
 import torch
 
-from raytrain_vla.data import sim
-from raytrain_vla.models import FlowVLA, FlowVLAConfig, count_parameters, flow_noise_and_time
-from raytrain_vla.models.tokenizer import tokenize
+from raytrain_vla.models.flow_vla.config import FlowVLAConfig
+from raytrain_vla.models.flow_vla.model import FlowVLA, count_parameters
+from raytrain_vla.models.flow_vla.tokenizer import tokenize
+from raytrain_vla.sim import simulator as sim
+from raytrain_vla.train.noise import flow_noise_and_time
 
 CAM = "observation.image"
 
@@ -87,7 +89,7 @@ def val_mse(model: FlowVLA, norm: Normalizer, val: dict, seed: int) -> tuple[flo
     for start in range(0, n, 256):
         idx = torch.arange(start, min(start + 256, n))
         batch = norm.batch(val, idx)
-        noise, _ = flow_noise_and_time(seed, 10**9, idx.tolist(), cfg.chunk_size, cfg.action_dim)
+        noise, _ = flow_noise_and_time(seed, 10**9, idx.tolist(), model.noise_shape)
         pred = model.sample_actions(batch, noise) * norm.a_std + norm.a_mean
         valid = ~val["action_is_pad"][idx]
         target = val["actions"][idx]
@@ -119,7 +121,7 @@ def closed_loop(
     while not all(done):
         active = [i for i in range(num_envs) if not done[i]]
         batch = norm.obs([obs[i] for i in active], cfg.max_text_len)
-        noise, _ = flow_noise_and_time(seed, round_, active, cfg.chunk_size, cfg.action_dim)
+        noise, _ = flow_noise_and_time(seed, round_, active, model.noise_shape)
         chunk = (model.sample_actions(batch, noise) * norm.a_std + norm.a_mean).numpy()
         for row, i in enumerate(active):
             for a in chunk[row, :exec_steps]:
@@ -216,7 +218,7 @@ def main() -> None:
         pos += args.batch_size
         batch = norm.batch(train, idx)
         noise, t = flow_noise_and_time(
-            args.seed, step, idx.tolist(), cfg.chunk_size, cfg.action_dim, tuple(args.beta)
+            args.seed, step, idx.tolist(), model.noise_shape, tuple(args.beta)
         )
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args.lr, args.warmup, args.steps)

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from raytrain_vla import policy as policy_lib
-from raytrain_vla.closed_loop import evaluate
+from raytrain_vla.sim.closed_loop import evaluate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,8 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    image_size = int(policy.kwargs["image_size"][0])
-    results = evaluate(policy, args.episodes, args.seed, image_size)
+    results = evaluate(policy, args.episodes, args.seed)
     print(json.dumps({r.name: r.to_dict() for r in results}))
     return 0
 

@@ -88,7 +88,7 @@ def plot_predictions(run_dir: Path, out: Path, count: int = 4) -> Path:
 
     from raytrain_vla import policy as policy_lib
     from raytrain_vla.config import from_tree
-    from raytrain_vla.data.source import DatasetView
+    from raytrain_vla.data.dataset import DatasetView
     from raytrain_vla.train.resume import latest_checkpoint
 
     export = run_dir / "export"
@@ -104,9 +104,7 @@ def plot_predictions(run_dir: Path, out: Path, count: int = 4) -> Path:
     fig = Figure(figsize=(4 * count, 4), layout="constrained")
     axes = fig.subplots(1, count)
     for i, ax in enumerate(np.atleast_1d(axes)):
-        obs = {
-            key: cols[f"image/{key}"][i].transpose(1, 2, 0) for key in policy.kwargs["camera_keys"]
-        }
+        obs = {key: cols[f"image/{key}"][i].transpose(1, 2, 0) for key in policy.camera_keys}
         obs.update(state=cols["state"][i], instruction=tasks[int(cols["task_index"][i])])
         pred = policy.predict_action(obs)
         true = np.asarray(cols["actions"][i])

@@ -36,8 +36,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sweep_dir = Path(base.ray.storage_path) / (args.name or Path(args.space).stem)
 
-    from raytrain_vla.data.source import ensure_dataset
-    from raytrain_vla.run import init_ray
+    from raytrain_vla.data.demo import ensure_dataset
+    from raytrain_vla.train.launch import init_ray
     from raytrain_vla.tuning import sweep
 
     try:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
+
+NormalizationMode = Literal["mean_std", "min_max", "quantile"]
 
 
 @dataclass
@@ -30,9 +33,9 @@ class DataConfig:
     # Sample plan (DESIGN.md): spans of consecutive frames, then a windowed sample shuffle.
     span_len: int = 16
     shuffle_window: int = 2048
-    normalization: str = "mean_std"  # mean_std | min_max | quantile (q01..q99 -> -1..1)
+    normalization: NormalizationMode = "mean_std"  # quantile maps q01..q99 to -1..1
     # Per-feature override of the mode, e.g. {action: quantile}.
-    normalization_per_feature: dict[str, str] = field(default_factory=dict)
+    normalization_per_feature: dict[str, NormalizationMode] = field(default_factory=dict)
     # Resize camera images to [H, W] for the model; empty keeps the dataset's resolution.
     image_size: list[int] = field(default_factory=list)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
@@ -40,55 +43,67 @@ class DataConfig:
     # look-ahead: one segment is decoded ahead while the loop consumes the current one).
     samples_per_read_task: int = 512
     read_tasks_per_segment: int = 4
-    # Decode every train/val sample once into worker memory; Ray Data then streams from memory.
-    preload: bool = False
+
+
+@dataclass(frozen=True)
+class FlowVLAOptions:
+    """`model.flow_vla`: the built-in from-scratch VLA (models/flow_vla)."""
+
+    size: Literal["tiny", "small", "base"] = "tiny"
+    num_inference_steps: int = 10
+    max_text_len: int = 48  # instructions are byte-tokenized; longer ones are an error
 
 
 @dataclass
 class ModelConfig:
-    type: str = "flow_vla"
-    size: str = "tiny"  # tiny | small | base
-    num_inference_steps: int = 10
-    max_text_len: int = 48
+    # The model family (models/registry.py); its options are the section of the same name.
+    type: Literal["flow_vla"] = "flow_vla"
+    flow_vla: FlowVLAOptions = field(default_factory=FlowVLAOptions)
     # Start from a pretrained policy: an exported policy directory or a .safetensors file.
     init_from: str = ""
     # Regexes of parameter names that may be missing or change shape (they keep a fresh init),
-    # e.g. ["^action_expert\\.action_(in|out)\\."] for a robot with another action dimension.
+    # e.g. the action input and output layers for a robot with another action dimension.
     init_allow: list[str] = field(default_factory=list)
 
 
 @dataclass
 class LRGroupConfig:
     name: str = ""
-    # Regexes over parameter names (re.search); the first group that matches a parameter wins.
+    # Parameter roles the model declares (vision, backbone, action_expert, ...) and regexes over
+    # parameter names (re.search); a parameter joins the first group whose roles or patterns
+    # match it.
     patterns: list[str] = field(default_factory=list)
     lr: float = 1e-3
     weight_decay: float = 0.01
+    roles: list[str] = field(default_factory=list)
 
 
 def _default_lr_groups() -> list[LRGroupConfig]:
     return [
-        LRGroupConfig("vision", [r"^vision\."], 1e-3, 0.01),
-        LRGroupConfig("backbone", [r"^backbone\."], 1e-3, 0.01),
-        LRGroupConfig("action_expert", [r"^action_expert\."], 1e-3, 0.01),
+        LRGroupConfig("vision", lr=1e-3, weight_decay=0.01, roles=["vision"]),
+        LRGroupConfig("backbone", lr=1e-3, weight_decay=0.01, roles=["backbone"]),
+        LRGroupConfig("action_expert", lr=1e-3, weight_decay=0.01, roles=["action_expert"]),
     ]
 
 
 @dataclass
 class OptimizerConfig:
-    type: str = "adamw"
+    type: Literal["adamw"] = "adamw"
     # LR and weight decay for parameters that no group claims.
     lr: float = 1e-3
     weight_decay: float = 0.01
     betas: tuple[float, float] = (0.9, 0.95)
     eps: float = 1e-8
     groups: list[LRGroupConfig] = field(default_factory=_default_lr_groups)
+    # Parameter roles kept frozen (left out of checkpoints too); `train_action_expert_only`
+    # freezes every role but `action_expert`.
+    freeze_roles: list[str] = field(default_factory=list)
     train_action_expert_only: bool = False
 
 
 @dataclass
 class SchedulerConfig:
-    type: str = "cosine"  # constant | cosine
+    type: Literal["constant", "cosine"] = "cosine"
     warmup_steps: int = 100
     min_lr_ratio: float = 0.05
 
@@ -99,7 +114,7 @@ class TrainConfig:
     global_batch_size: int = 64
     micro_batch_size: int = 32
     grad_clip: float = 1.0
-    precision: str = "fp32"  # fp32 | bf16
+    precision: Literal["fp32", "bf16"] = "fp32"
     activation_checkpointing: bool = False
     # Dense peak TFLOP/s per device for MFU; 0 looks it up from the GPU name (none on CPU).
     peak_tflops: float = 0.0
@@ -124,7 +139,7 @@ class RayConfig:
     run_name: str = "demo"
     # auto: resume the run's latest checkpoint if there is one; never: start a new run under a
     # fresh name (run_name plus a timestamp) and leave any existing run untouched.
-    resume: str = "auto"
+    resume: Literal["auto", "never"] = "auto"
     max_failures: int = 0
     num_to_keep: int = 2
     # Elastic runs (num_workers: [min, max]) check this often whether more workers would fit.
@@ -133,12 +148,12 @@ class RayConfig:
 
 @dataclass
 class LoggingConfig:
-    wandb_mode: str = "offline"  # offline | online | disabled
+    wandb_mode: Literal["offline", "online", "disabled"] = "offline"
     wandb_project: str = "raytrain_vla"
     console: bool = True
     # Ray Train's own console lines (worker group start, checkpoint created, ...). Its session
     # log files (/tmp/ray/session_latest/logs/train) keep every level whatever this says.
-    ray_train_log_level: str = "WARNING"  # DEBUG | INFO | WARNING | ERROR
+    ray_train_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
 
 
 @dataclass

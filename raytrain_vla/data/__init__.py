@@ -1,0 +1,1 @@
+"""Data: the sample plan, the dataset view, the Ray Data pipeline, and on-disk formats."""

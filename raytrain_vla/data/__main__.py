@@ -10,8 +10,8 @@ import argparse
 import sys
 import time
 
-from raytrain_vla.data.lerobot import DatasetError, LeRobotMeta
-from raytrain_vla.data.video import VideoDecodeError
+from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta
+from raytrain_vla.data.formats.video import VideoDecodeError
 
 
 def _demo(args: argparse.Namespace) -> None:
@@ -49,7 +49,7 @@ def _stats(args: argparse.Namespace) -> None:
 
 
 def _convert(args: argparse.Namespace) -> None:
-    from raytrain_vla.data.arrow import convert_to_shards
+    from raytrain_vla.data.formats.shards import convert_to_shards
 
     start = time.perf_counter()
     m = convert_to_shards(

@@ -6,8 +6,6 @@ or by a single worker, before or after a resume. Runs inside Ray Data read tasks
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from raytrain_vla.config.schema import AugmentConfig
@@ -53,36 +51,3 @@ def augment_images(
             img = np.clip(np.rint(img), 0, 255).astype(np.uint8)
             out[key][i] = _shift(img, int(dy), int(dx)) if cfg.max_shift_px else img
     return out
-
-
-def resize_images(images: dict[str, np.ndarray], size: tuple[int, int]) -> dict[str, np.ndarray]:
-    """Bilinear (antialiased) resize of uint8 (N, C, H, W) batches to the model's resolution."""
-    import torch
-    import torch.nn.functional as F
-
-    out = {}
-    for key, imgs in images.items():
-        if tuple(imgs.shape[-2:]) == tuple(size):
-            out[key] = imgs
-            continue
-        x = torch.from_numpy(np.ascontiguousarray(imgs)).float()
-        y = F.interpolate(x, size=tuple(size), mode="bilinear", antialias=True, align_corners=False)
-        out[key] = y.round_().clamp_(0, 255).to(torch.uint8).numpy()
-    return out
-
-
-@dataclass
-class ImageOps:
-    """What read tasks do to decoded images: resize to the model's size, then augment."""
-
-    size: list[int] = field(default_factory=list)  # [] keeps the source resolution
-    augment: AugmentConfig = field(default_factory=AugmentConfig)
-    seed: int = 0
-
-    def __call__(self, cols: dict[str, np.ndarray], epochs: np.ndarray) -> dict[str, np.ndarray]:
-        keys = [k for k in cols if k.startswith("image/")]
-        images = {k: cols[k] for k in keys}
-        if self.size:
-            images = resize_images(images, tuple(self.size))
-        images = augment_images(images, cols["sample_id"], epochs, self.seed, self.augment)
-        return {**cols, **images}

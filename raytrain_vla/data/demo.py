@@ -1,4 +1,5 @@
-"""Write the demo task (the reaching simulator's expert) as a LeRobot v3.0 dataset.
+"""Write the demo task (the reaching simulator's expert) as a LeRobot v3.0 dataset, and write it
+where a run expects its data when that is missing and allowed.
 
 The simulator supplies the content; `writer.write_lerobot_dataset` supplies LeRobot's layout and
 the atomic, never-overwrite write. The demo keeps near-lossless h264 (crf 10): its 32px frames
@@ -12,11 +13,18 @@ from pathlib import Path
 
 import numpy as np
 
-from raytrain_vla.data import sim
-from raytrain_vla.data.video import DEFAULT_CODEC, DEFAULT_CRF, DEFAULT_GOP, DEFAULT_PRESET
-from raytrain_vla.data.writer import DatasetSpec, EpisodeData, VideoSpec, write_lerobot_dataset
+from raytrain_vla.config.schema import DataConfig
+from raytrain_vla.data.formats.lerobot import DatasetError
+from raytrain_vla.data.formats.video import DEFAULT_CODEC, DEFAULT_CRF, DEFAULT_GOP, DEFAULT_PRESET
+from raytrain_vla.data.formats.writer import (
+    DatasetSpec,
+    EpisodeData,
+    VideoSpec,
+    write_lerobot_dataset,
+)
+from raytrain_vla.sim import simulator as sim
+from raytrain_vla.sim.simulator import DEMO_ROBOT_TYPE, IMAGE_KEY
 
-IMAGE_KEY = "observation.image"
 DEMO_VIDEO = VideoSpec(DEFAULT_CODEC, DEFAULT_CRF, DEFAULT_GOP, DEFAULT_PRESET)
 
 
@@ -35,6 +43,17 @@ def write_demo_dataset(
         for e in (sim.rollout_expert(rng, image_size) for _ in range(num_episodes))
     ]
     spec = DatasetSpec(
-        sim.FPS, DEMO_VIDEO, robot_type="sim_reach", state_names=["x", "y"], action_names=["x", "y"]
-    )
+        sim.FPS, DEMO_VIDEO, robot_type=DEMO_ROBOT_TYPE, state_names=["x", "y"],
+        action_names=["x", "y"],
+    )  # fmt: skip
     return write_lerobot_dataset(root, episodes, spec)
+
+
+def ensure_dataset(cfg: DataConfig) -> Path:
+    """The dataset root, writing the demo dataset first when it is missing and allowed."""
+    root = Path(cfg.root).expanduser()
+    if (root / "meta" / "info.json").is_file():
+        return root
+    if not cfg.write_demo_if_missing:
+        raise DatasetError(f"{root}: no LeRobot dataset here (missing meta/info.json)")
+    return write_demo_dataset(root, cfg.demo_episodes, cfg.demo_seed)

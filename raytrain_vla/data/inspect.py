@@ -17,9 +17,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from raytrain_vla.data.frame_checks import describe_episodes, frame_problems
-from raytrain_vla.data.images import decode_images
-from raytrain_vla.data.lerobot import DatasetError, LeRobotMeta
+from raytrain_vla.data.formats.frame_checks import describe_episodes, frame_problems
+from raytrain_vla.data.formats.images import decode_images
+from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta
 
 REQUIRED = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 TRAINING = ("observation.state", "action")
@@ -45,7 +45,7 @@ def find_problems(root: str | Path) -> list[str]:
 
 def _shard_problems(meta: LeRobotMeta) -> list[str]:
     """A shard directory (data/arrow.py) has no data/ or videos/: check its manifest and files."""
-    from raytrain_vla.data.arrow import load_manifest
+    from raytrain_vla.data.formats.shards import load_manifest
 
     try:
         manifest = load_manifest(meta.root)

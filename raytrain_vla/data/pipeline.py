@@ -125,15 +125,3 @@ def iter_rank_batches(
             yield from ds.iter_batches(
                 batch_size=micro_batch, batch_format="numpy", prefetch_batches=1
             )
-
-
-class InMemorySource:
-    """Already-decoded samples held in arrays: for benchmarks that measure framework overhead."""
-
-    def __init__(self, columns: dict[str, np.ndarray]):
-        self.columns = columns
-        self.row_of = {int(s): i for i, s in enumerate(columns["sample_id"])}
-
-    def read(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
-        rows = np.array([self.row_of[int(s)] for s in sample_ids], dtype=np.int64)
-        return {k: v[rows] for k, v in self.columns.items()}

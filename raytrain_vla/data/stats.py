@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import ray
 
-from raytrain_vla.data.lerobot import DatasetError, LeRobotMeta
+from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta
 
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
 SKIP = {"index", "episode_index", "frame_index", "task_index", "timestamp"}

@@ -1,6 +1,7 @@
-"""Checkpoint state: DCP shards for model + optimizer, JSON for the rest, RNG per rank.
+"""Checkpoints: DCP shards for model + optimizer, JSON for the rest, RNG per rank; and a
+checkpoint turned back into full weights for a policy (`consolidate`, what `export` runs).
 
-Frozen parameters are left out (as wall-x does): they never change, so resume and `export`
+Frozen parameters are left out (as wall-x does): they never change, so resume and `consolidate`
 restore them from the run's init source, and a checksum in `train_state.json` proves the init
 source still holds the same values.
 
@@ -11,118 +12,36 @@ registers it only after all ranks reported. DCP shards can be loaded at a differ
 from __future__ import annotations
 
 import json
-import random
-import sys
 from collections.abc import Collection
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
-import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+import yaml
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_state_dict,
     set_state_dict,
 )
-from torch.distributed.tensor import DTensor
 
-TRAIN_STATE = "train_state.json"
+from raytrain_vla.config import from_tree
+from raytrain_vla.data.normalize import Normalizer
+from raytrain_vla.policy.format import CHECKPOINT_META, NORMALIZATION, PolicyMeta, read_meta
+from raytrain_vla.train.init_source import build_init_source
+from raytrain_vla.train.train_state import (
+    RNG_DIR,
+    TRAIN_STATE,
+    TrainState,
+    check_frozen,
+    frozen_checksum,
+    read_train_state,
+    rng_state,
+    set_rng_state,
+)
+
 SCHEDULER = "scheduler.json"
 CONFIG = "config.yaml"
-NORMALIZATION = "normalization.json"
-RNG_DIR = "rng"
-POLICY = "policy.json"  # export.POLICY_META
-
-
-@dataclass
-class TrainState:
-    step: int  # completed optimizer steps
-    epoch: int
-    sample_in_epoch: int
-    samples_seen: int
-    world_size: int
-    run_name: str
-    config_hash: str
-    dataset_fingerprint: str
-    # Sum and sum of squares (float64) of the parameters left out because they are frozen.
-    frozen_params: int = 0
-    frozen_checksum: list[float] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        d = dict(self.__dict__)
-        d["versions"] = {
-            "torch": torch.__version__,
-            "python": sys.version.split()[0],
-        }
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> TrainState:
-        fields = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in d.items() if k in fields})
-
-
-def frozen_checksum(model: nn.Module, frozen: Collection[str]) -> list[float]:
-    """Collective when distributed: [sum, sum of squares] over every rank's shards."""
-    params = dict(model.named_parameters())
-    acc = torch.zeros(2, dtype=torch.float64)
-    for name in sorted(frozen):
-        param = params[name].detach()
-        local = (param.to_local() if isinstance(param, DTensor) else param).double()
-        acc += torch.stack([local.sum(), local.square().sum()]).cpu()
-    if dist.is_available() and dist.is_initialized():
-        if dist.get_backend() == "nccl":  # nccl reduces device tensors only
-            acc = acc.cuda()
-        dist.all_reduce(acc)
-    return acc.cpu().tolist()
-
-
-def check_frozen(state: TrainState, checksum: list[float], source: str) -> None:
-    """The frozen parameters a checkpoint left out must come back with the same values."""
-    if not state.frozen_params:
-        return
-    scale = 1e-9 * max(1.0, abs(state.frozen_checksum[1]))
-    if any(abs(a - b) > scale for a, b in zip(checksum, state.frozen_checksum, strict=True)):
-        raise ValueError(
-            f"checkpoint of run '{state.run_name}' left out its {state.frozen_params} frozen "
-            f"parameters, but {source} no longer gives the values it trained with (checksum "
-            f"{checksum} vs {state.frozen_checksum}); restore the init source or use a new ray.run_name"
-        )
-
-
-def rng_state() -> dict:
-    """Python, numpy and torch global RNG states in a form `weights_only` loading accepts."""
-    np_state = np.random.get_state()
-    py_state = random.getstate()
-    return {
-        "python_version": py_state[0],
-        "python_state": torch.tensor(py_state[1], dtype=torch.int64),
-        "python_gauss": py_state[2],
-        "numpy_keys": torch.from_numpy(np_state[1].astype(np.int64)),
-        "numpy_pos": int(np_state[2]),
-        "numpy_has_gauss": int(np_state[3]),
-        "numpy_cached_gaussian": float(np_state[4]),
-        "torch": torch.get_rng_state(),
-    }
-
-
-def set_rng_state(state: dict) -> None:
-    random.setstate(
-        (state["python_version"], tuple(state["python_state"].tolist()), state["python_gauss"])
-    )
-    np.random.set_state(
-        (
-            "MT19937",
-            state["numpy_keys"].numpy().astype(np.uint32),
-            state["numpy_pos"],
-            state["numpy_has_gauss"],
-            state["numpy_cached_gaussian"],
-        )
-    )
-    torch.set_rng_state(state["torch"])
 
 
 def save_checkpoint(
@@ -133,13 +52,13 @@ def save_checkpoint(
     train_state: TrainState,
     rank: int,
     config_yaml: str,
-    normalization: dict,
-    policy: dict,
+    normalizer: Normalizer,
+    policy: PolicyMeta,
     frozen: Collection[str] = (),
 ) -> None:
     """Collective: every rank calls it with its own `directory`.
 
-    `policy` (model type and builder arguments, tasks, mean action) lets `export` rebuild the
+    `policy` (the model family's config, data shapes, tasks) lets `consolidate` rebuild the
     model from the checkpoint alone. `frozen` parameters are not written.
     """
     directory.mkdir(parents=True, exist_ok=True)
@@ -152,15 +71,8 @@ def save_checkpoint(
         (directory / TRAIN_STATE).write_text(json.dumps(train_state.to_dict(), indent=2))
         (directory / SCHEDULER).write_text(json.dumps(scheduler.state_dict(), indent=2))
         (directory / CONFIG).write_text(config_yaml)
-        (directory / NORMALIZATION).write_text(json.dumps(normalization, indent=2))
-        (directory / POLICY).write_text(json.dumps(policy, indent=2))
-
-
-def read_train_state(directory: Path) -> TrainState:
-    path = directory / TRAIN_STATE
-    if not path.is_file():
-        raise ValueError(f"{directory}: not a complete checkpoint (missing {TRAIN_STATE})")
-    return TrainState.from_dict(json.loads(path.read_text()))
+        normalizer.save(directory / NORMALIZATION)
+        (directory / CHECKPOINT_META).write_text(json.dumps(policy.to_dict(), indent=2))
 
 
 def load_checkpoint(
@@ -191,3 +103,59 @@ def load_checkpoint(
     if state.world_size == world_size and rng_file.is_file():
         set_rng_state(torch.load(rng_file, weights_only=True))
     return state
+
+
+def consolidate(
+    checkpoint: Path, dtype: torch.dtype | None = None
+) -> tuple[dict[str, torch.Tensor], PolicyMeta, Normalizer]:
+    """DCP shards of any world size -> full weights, holding one copy of the model in memory.
+
+    The model is built on the meta device and allocated uninitialised; DCP fills every tensor
+    it stored. A checkpoint that left frozen parameters out is loaded over the rebuilt init
+    source instead, after its checksum is verified.
+    """
+    checkpoint = Path(checkpoint)
+    for name in (CHECKPOINT_META, NORMALIZATION, ".metadata"):
+        if not (checkpoint / name).is_file():
+            raise FileNotFoundError(
+                f"{checkpoint}: not a raytrain_vla training checkpoint (missing {name})"
+            )
+    meta = read_meta(checkpoint / CHECKPOINT_META)
+    with torch.device("meta"):
+        model = meta.family.build(meta.model_config)
+    stored = stored_model_keys(checkpoint)
+    if set(model.state_dict()) - stored:  # frozen while training: from the run's init source
+        model = _init_source_of(checkpoint, meta, stored)
+    else:
+        model = model.to_empty(device="cpu")  # storage only: DCP fills every tensor
+    state = model.state_dict()
+    dcp.load({"model": {k: state[k] for k in stored}}, checkpoint_id=str(checkpoint))
+    for key, tensor in state.items():  # one tensor at a time, so never two copies of the model
+        if dtype is not None and tensor.is_floating_point() and tensor.dtype != dtype:
+            state[key] = tensor.to(dtype)
+    return state, meta, Normalizer.load(checkpoint / NORMALIZATION)
+
+
+def stored_model_keys(checkpoint: Path) -> set[str]:
+    metadata = dcp.FileSystemReader(str(checkpoint)).read_metadata()
+    prefix = "model."
+    return {k[len(prefix) :] for k in metadata.state_dict_metadata if k.startswith(prefix)}
+
+
+def _init_source_of(checkpoint: Path, meta: PolicyMeta, stored: set[str]) -> nn.Module:
+    """Rebuild the run's init source and prove it still holds the frozen values trained with."""
+    config_file = checkpoint / CONFIG
+    cfg = from_tree(yaml.safe_load(config_file.read_text()), str(config_file))
+    source = f"model.init_from={cfg.model.init_from or '(none: seeded init)'}"
+    try:
+        model = build_init_source(
+            meta.family, meta.model_config, cfg.train.seed, cfg.model.init_from,
+            cfg.model.init_allow,
+        )  # fmt: skip
+    except FileNotFoundError as err:
+        raise FileNotFoundError(
+            f"{checkpoint} leaves out its frozen parameters, to be restored from {source}: {err}"
+        ) from err
+    frozen = [name for name, _ in model.named_parameters() if name not in stored]
+    check_frozen(read_train_state(checkpoint), frozen_checksum(model, frozen), source)
+    return model

@@ -7,44 +7,38 @@ batch of the dataset's real instructions (the text length sets the sequence leng
 
 from __future__ import annotations
 
+import numpy as np
 import torch
-from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
+
+from raytrain_vla.data.spec import DataSpec
+from raytrain_vla.models.base import VLAModel
 
 # Dense bf16 peak per device (TFLOP/s), matched on the CUDA device name.
 PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 125.0}
 MAX_EXAMPLE_TASKS = 16
 
 
-def example_batch(
-    task_tokens: torch.Tensor,
-    task_mask: torch.Tensor,
-    camera_keys: list[str],
-    image_size: list[int],
-    state_dim: int,
-    action_dim: int,
-    chunk_size: int,
-    device: torch.device,
-) -> dict:
-    """One sample per instruction (up to 16), shaped like `BatchTransform` output."""
-    n = min(len(task_tokens), MAX_EXAMPLE_TASKS)
-    h, w = image_size
-    return {
-        "sample_ids": torch.arange(n, device=device),
-        "images": {k: torch.zeros(n, 3, h, w, device=device) for k in camera_keys},
-        "state": torch.zeros(n, state_dim, device=device),
-        "text_tokens": task_tokens[:n].to(device),
-        "text_mask": task_mask[:n].to(device),
-        "actions": torch.zeros(n, chunk_size, action_dim, device=device),
-        "action_is_pad": torch.zeros(n, chunk_size, dtype=torch.bool, device=device),
+def example_columns(spec: DataSpec, tasks: list[str]) -> dict[str, np.ndarray]:
+    """One sample per instruction (up to 16) in the dataset's own column layout: black frames
+    at each camera's resolution, zero state and actions. A processor makes the model batch."""
+    n = min(len(tasks), MAX_EXAMPLE_TASKS)
+    cols = {
+        f"image/{k}": np.zeros((n, *shape), np.uint8) for k, shape in spec.camera_shapes.items()
     }
+    cols["sample_id"] = np.arange(n, dtype=np.int64)
+    cols["state"] = np.zeros((n, spec.state_dim), np.float32)
+    cols["actions"] = np.zeros((n, spec.chunk_size, spec.action_dim), np.float32)
+    cols["action_is_pad"] = np.zeros((n, spec.chunk_size), bool)
+    cols["task"] = np.array(tasks[:n], dtype=object)
+    return cols
 
 
-def training_flops_per_sample(model: nn.Module, batch: dict) -> float:
+def training_flops_per_sample(model: VLAModel, batch: dict) -> float:
     """Forward + backward FLOPs of one sample; leaves no gradients and no RNG trace behind."""
     n = len(batch["sample_ids"])
-    device = batch["state"].device
-    noise = torch.zeros_like(batch["actions"])
+    device = batch["actions"].device
+    noise = torch.zeros((n, *model.noise_shape), device=device)
     time = torch.full((n,), 0.5, device=device)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         counter = FlopCounterMode(display=False)

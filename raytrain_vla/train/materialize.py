@@ -1,4 +1,5 @@
-"""Build the policy on the meta device, shard it, then fill the shards from rank 0's weights.
+"""Build the policy on the meta device, shard it, then fill the shards from rank 0's weights;
+and the way back, every rank's shards gathered into full weights on rank 0.
 
 Only rank 0 ever holds the full model (the init source: seeded init plus `model.init_from`); the
 other ranks allocate just their shards and receive the values by broadcast, one tensor at a time.
@@ -8,15 +9,19 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    set_model_state_dict,
+)
 
-from raytrain_vla.models.registry import build_model
+from raytrain_vla.models.base import ModelFamily, VLAModel
 
 
-def meta_model(model_type: str, kwargs: dict) -> nn.Module:
+def meta_model(family: ModelFamily, config) -> VLAModel:
     """The model's structure with no storage: sharding plans and LR groups need only names."""
     with torch.device("meta"):
-        return build_model(model_type, kwargs)
+        return family.build(config)
 
 
 def materialize_from_rank0(
@@ -30,3 +35,9 @@ def materialize_from_rank0(
     model.to_empty(device=device)
     options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
     set_model_state_dict(model, full_state or {}, options=options)
+
+
+def gather_full_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Collective: the full weights on rank 0, in CPU memory; other ranks get an empty dict."""
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return get_model_state_dict(model, options=options)

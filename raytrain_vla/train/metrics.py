@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from raytrain_vla.closed_loop import EvalResult, frame_strip
 from raytrain_vla.config.schema import LoggingConfig
+from raytrain_vla.sim.closed_loop import EvalResult, frame_strip
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +80,8 @@ class MetricsLogger:
             return
         from PIL import Image
 
-        from raytrain_vla.data.sim import FPS
-        from raytrain_vla.data.video import encode_video
+        from raytrain_vla.data.formats.video import encode_video
+        from raytrain_vla.sim.simulator import FPS
 
         out = self.path.parent / "rollouts"
         out.mkdir(exist_ok=True)

@@ -1,7 +1,7 @@
-"""LR groups by regex, freezing, AdamW and the LR schedule.
+"""LR groups by parameter role or regex, freezing by role, AdamW and the LR schedule.
 
 Groups are resolved on parameter names before sharding, so a group means the same parameters on
-every rank and at every world size.
+every rank and at every world size. Roles come from the model family (`VLAModel.role_of`).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import torch
 from torch import nn
 
 from raytrain_vla.config.schema import OptimizerConfig, SchedulerConfig
+from raytrain_vla.models.base import ACTION_EXPERT, VLAModel
 
 DEFAULT_GROUP = "default"
-ACTION_EXPERT_PREFIX = "action_expert."
 
 
 @dataclass
@@ -28,40 +28,68 @@ class ParamGroup:
     weight_decay: float
 
 
-def freeze_for_config(model: nn.Module, cfg: OptimizerConfig) -> list[str]:
-    """Apply `train_action_expert_only`; returns the names of the frozen parameters."""
-    frozen = []
+def frozen_roles(cfg: OptimizerConfig, roles: Iterable[str]) -> list[str]:
+    """`freeze_roles`, plus every role but the action expert's under `train_action_expert_only`."""
+    frozen = list(cfg.freeze_roles)
     if cfg.train_action_expert_only:
-        for name, param in model.named_parameters():
-            if not name.startswith(ACTION_EXPERT_PREFIX):
-                param.requires_grad_(False)
-                frozen.append(name)
+        frozen += [r for r in roles if r != ACTION_EXPERT]
+    return list(dict.fromkeys(frozen))
+
+
+def check_roles(cfg: OptimizerConfig, roles: tuple[str, ...], model_type: str) -> None:
+    """Every role that groups and freezing name exists in the model family (before Ray starts)."""
+    named = [("optimizer.freeze_roles", r) for r in cfg.freeze_roles]
+    named += [(f"optimizer.groups.{g.name}.roles", r) for g in cfg.groups for r in g.roles]
+    for key, role in named:
+        if role not in roles:
+            raise ValueError(
+                f"bad value for '{key}': {role!r} is not a parameter role of model type "
+                f"{model_type!r}; its roles are {roles}"
+            )
+    if cfg.train_action_expert_only and ACTION_EXPERT not in roles:
+        raise ValueError(
+            f"'optimizer.train_action_expert_only': model type {model_type!r} has no "
+            f"'{ACTION_EXPERT}' role (its roles are {roles}); name roles in optimizer.freeze_roles"
+        )
+
+
+def freeze_for_config(model: VLAModel, cfg: OptimizerConfig) -> list[str]:
+    """Freeze the parameters of the frozen roles; returns their names."""
+    roles = set(frozen_roles(cfg, model.ROLE_PREFIXES))
+    frozen = []
+    for name, param in model.named_parameters():
+        if model.role_of(name) in roles:
+            param.requires_grad_(False)
+            frozen.append(name)
     return frozen
 
 
-def resolve_groups(
-    named_params: Iterable[tuple[str, nn.Parameter]], cfg: OptimizerConfig
-) -> list[ParamGroup]:
-    """First matching group wins; unclaimed trainable parameters go to the default group.
+def resolve_groups(model: VLAModel, cfg: OptimizerConfig) -> list[ParamGroup]:
+    """A parameter joins the first group whose roles or patterns match it; unclaimed trainable
+    parameters go to the default group.
 
-    A configured group that claims no trainable parameter is an error: it is almost always a typo.
+    A configured group that matches no parameter is an error (almost always a typo); one whose
+    parameters are all frozen is dropped.
     """
-    compiled = [(g, [re.compile(p) for p in g.patterns]) for g in cfg.groups]
+    compiled = [(g, [re.compile(p) for p in g.patterns], set(g.roles)) for g in cfg.groups]
     groups = {g.name: ParamGroup(g.name, [], g.lr, g.weight_decay) for g in cfg.groups}
     default = ParamGroup(DEFAULT_GROUP, [], cfg.lr, cfg.weight_decay)
-    for name, param in named_params:
-        if not param.requires_grad:
-            continue
-        for group_cfg, patterns in compiled:
-            if any(p.search(name) for p in patterns):
-                groups[group_cfg.name].param_names.append(name)
+    matched = set()
+    for name, param in model.named_parameters():
+        role = model.role_of(name)
+        target = default
+        for group_cfg, patterns, roles in compiled:
+            if role in roles or any(p.search(name) for p in patterns):
+                target = groups[group_cfg.name]
+                matched.add(group_cfg.name)
                 break
-        else:
-            default.param_names.append(name)
-    empty = [g.name for g in groups.values() if not g.param_names]
-    if empty and not cfg.train_action_expert_only:
+        if param.requires_grad:
+            target.param_names.append(name)
+    empty = [name for name in groups if name not in matched]
+    if empty:
         raise ValueError(
-            f"optimizer.groups {empty} match no trainable parameter; check their 'patterns'"
+            f"optimizer.groups {empty} match no parameter; check their 'roles' "
+            f"{list(model.ROLE_PREFIXES)} and 'patterns'"
         )
     out = [g for g in groups.values() if g.param_names]
     if default.param_names:

@@ -16,7 +16,8 @@ import yaml
 
 from raytrain_vla.config import Config, recipe_hash, to_dict
 from raytrain_vla.config.loader import RESUMABLE_KEYS
-from raytrain_vla.train.checkpoint import CONFIG, read_train_state
+from raytrain_vla.train.checkpoint import CONFIG
+from raytrain_vla.train.train_state import read_train_state
 
 SNAPSHOT = "checkpoint_manager_snapshot.json"  # Ray Train's record of registered checkpoints
 

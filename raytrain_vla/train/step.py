@@ -20,27 +20,42 @@ from torch.distributed.fsdp import FSDPModule
 from raytrain_vla.train.optim import ParamGroup
 
 NoiseFn = Callable[[int, list[int]], tuple[torch.Tensor, torch.Tensor]]
-INPUT_KEYS = ("state", "actions")
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if hasattr(t, "to_local") else t
 
 
+def _float_tensors(batch: dict) -> list[torch.Tensor]:
+    """Every floating-point input of a model batch (nested dicts such as cameras included)."""
+    out = []
+    for value in batch.values():
+        if isinstance(value, dict):
+            out += _float_tensors(value)
+        elif isinstance(value, torch.Tensor) and value.is_floating_point():
+            out.append(value)
+    return out
+
+
+def _zero_non_finite(batch: dict) -> dict:
+    clean = {}
+    for key, value in batch.items():
+        if isinstance(value, dict):
+            clean[key] = _zero_non_finite(value)
+        elif isinstance(value, torch.Tensor) and value.is_floating_point():
+            clean[key] = torch.nan_to_num(value, nan=0.0, posinf=0.0, neginf=0.0)
+        else:
+            clean[key] = value
+    return clean
+
+
 def sanitize_inputs(batch: dict) -> tuple[dict, torch.Tensor]:
     """Zero non-finite inputs and return a per-sample weight that drops those samples."""
-    bad = torch.zeros(batch["actions"].shape[0], dtype=torch.bool, device=batch["actions"].device)
-    tensors = [batch[k] for k in INPUT_KEYS] + list(batch["images"].values())
-    for t in tensors:
-        if t.is_floating_point():
-            bad |= ~torch.isfinite(t).flatten(1).all(dim=1)
-    clean = dict(batch)
-    for k in INPUT_KEYS:
-        clean[k] = torch.nan_to_num(batch[k], nan=0.0, posinf=0.0, neginf=0.0)
-    clean["images"] = {
-        k: torch.nan_to_num(v, nan=0.0, posinf=0.0, neginf=0.0) for k, v in batch["images"].items()
-    }
-    return clean, (~bad).to(batch["actions"].dtype)
+    actions = batch["actions"]
+    bad = torch.zeros(actions.shape[0], dtype=torch.bool, device=actions.device)
+    for t in _float_tensors(batch):
+        bad |= ~torch.isfinite(t).reshape(t.shape[0], -1).all(dim=1)
+    return _zero_non_finite(batch), (~bad).to(actions.dtype)
 
 
 class StepRunner:

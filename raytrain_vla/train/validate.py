@@ -9,12 +9,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch import nn
 
-from raytrain_vla.data.transforms import Normalizer
-from raytrain_vla.models.flow_vla import flow_noise_and_time
-
-VAL_STREAM = 0x7A1  # a step value training never uses, so validation noise is its own stream
+from raytrain_vla.models.base import InputProcessor, VLAModel
+from raytrain_vla.train.noise import VAL_STREAM, flow_noise_and_time
 
 
 def pad_to_ranks(
@@ -31,24 +28,24 @@ def pad_to_ranks(
 
 @torch.no_grad()
 def validate(
-    model: nn.Module,
+    model: VLAModel,
     batches: list[tuple[dict, torch.Tensor]],
-    normalizer: Normalizer,
+    processor: InputProcessor,
     mean_action: np.ndarray,
     seed: int,
 ) -> dict[str, float]:
-    """`batches` are (model batch, per-sample weight); returns metrics reduced over all ranks."""
+    """`batches` are (model batch, per-sample weight); returns metrics reduced over all ranks.
+
+    Errors are measured in the robot's units, as the processor turns model actions back."""
     device = batches[0][0]["actions"].device
-    action_dim = batches[0][0]["actions"].shape[-1]
+    action_dim = processor.action_dim
     acc = torch.zeros(3 + 3 * action_dim, dtype=torch.float64, device=device)
     for batch, weight in batches:
         ids = batch["sample_ids"].tolist()
-        chunk = batch["actions"].shape[1]
-        noise, time = flow_noise_and_time(seed, VAL_STREAM, ids, chunk, action_dim)
+        noise, time = flow_noise_and_time(seed, VAL_STREAM, ids, model.noise_shape)
         loss = model.compute_loss(batch, noise.to(device), time.to(device))
-        pred = model.sample_actions(batch, noise.to(device))
-        pred = normalizer.unnormalize("action", pred.float())
-        true = normalizer.unnormalize("action", batch["actions"].float())
+        pred = processor.decode_actions(model.sample_actions(batch, noise.to(device)))
+        true = processor.decode_actions(batch["actions"])
         valid = (~batch["action_is_pad"]).float() * weight[:, None].to(device)  # (B, chunk)
         err = pred - true
         base = torch.as_tensor(mean_action, device=device, dtype=true.dtype) - true

@@ -20,6 +20,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 from ray.tune.search import BasicVariantGenerator
 
 from raytrain_vla.config import Config, to_dict, to_yaml
+from raytrain_vla.train.launch import build_trainer
 from raytrain_vla.tuning.space import Space, SpaceError, trial_config
 
 SWEEP_RECORD = "sweep.yaml"  # the space and base config a sweep was started with
@@ -96,7 +97,6 @@ def trial_run_name(trial_id: str) -> str:
 
 def run_trial(sampled: dict, space: Space, base: Config, trials_dir: str) -> None:
     """Tune's function trainable: build the trial's config and run it to the end (or a stop)."""
-    from raytrain_vla.run import build_trainer  # the launcher imports this module
 
     cfg, _ = trial_config(space, base, sampled)
     cfg.ray.storage_path = trials_dir

@@ -7,22 +7,20 @@ compares against one unsharded process on the same global batch.
 
 from __future__ import annotations
 
-import os
-import socket
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from _spawn import run_distributed
 from torch.distributed.device_mesh import init_device_mesh
 
 from raytrain_vla.config.schema import OptimizerConfig, SchedulerConfig, TrainConfig
-from raytrain_vla.models.flow_vla import flow_noise_and_time
-from raytrain_vla.models.pretrained import build_init_source
-from raytrain_vla.models.registry import build_model
-from raytrain_vla.models.tokenizer import tokenize
+from raytrain_vla.models.flow_vla.config import FlowVLAConfig
+from raytrain_vla.models.flow_vla.tokenizer import tokenize
+from raytrain_vla.models.registry import get_family
 from raytrain_vla.train.fsdp import apply_fsdp
+from raytrain_vla.train.init_source import build_init_source
 from raytrain_vla.train.materialize import materialize_from_rank0, meta_model
+from raytrain_vla.train.noise import flow_noise_and_time
 from raytrain_vla.train.optim import (
     build_optimizer,
     build_scheduler,
@@ -33,6 +31,8 @@ from raytrain_vla.train.step import StepRunner
 
 GLOBAL_BATCH = 8
 CHUNK, ACTION_DIM = 8, 2
+FAMILY = get_family("flow_vla")
+TINY = FlowVLAConfig.from_size("tiny")
 
 
 def global_batch(seed: int = 0) -> dict:
@@ -63,16 +63,16 @@ def make_runner(
     world: int, optimizer_cfg: OptimizerConfig, nan_loss_step: int = -1
 ) -> tuple[torch.nn.Module, StepRunner]:
     torch.manual_seed(0)
-    model = build_model("flow_vla", {"size": "tiny"})
+    model = FAMILY.build(TINY)
     freeze_for_config(model, optimizer_cfg)
-    groups = resolve_groups(model.named_parameters(), optimizer_cfg)
+    groups = resolve_groups(model, optimizer_cfg)
     if world > 1:
         apply_fsdp(model, init_device_mesh("cpu", (world,)), TrainConfig())
     optimizer = build_optimizer(model, groups, optimizer_cfg)
     scheduler = build_scheduler(optimizer, 10, SchedulerConfig(type="constant", warmup_steps=0))
 
     def noise_fn(step, ids):
-        return flow_noise_and_time(0, step, ids, CHUNK, ACTION_DIM)
+        return flow_noise_and_time(0, step, ids, (CHUNK, ACTION_DIM))
 
     return model, StepRunner(
         model, optimizer, scheduler, groups, noise_fn, grad_clip=1.0, nan_loss_step=nan_loss_step
@@ -93,50 +93,6 @@ def full_params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
         n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone()
         for n, p in model.named_parameters()
     }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _entry(rank: int, world: int, port: int, fn_name: str, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    torch.set_num_threads(1)
-    try:
-        result = globals()[fn_name](rank, world)
-        if rank == 0:
-            torch.save(result, out)
-    finally:
-        dist.destroy_process_group()
-
-
-def run_distributed(fn_name: str, tmp_path, world: int = 2) -> dict:
-    out = str(tmp_path / f"{fn_name}.pt")
-    ctx = mp.get_context("spawn")
-    procs = [
-        ctx.Process(target=_entry, args=(r, world, _free_port_cache(tmp_path), fn_name, out))
-        for r in range(world)
-    ]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-    hung = [p for p in procs if p.is_alive()]
-    for p in hung:
-        p.kill()
-    assert not hung, f"{fn_name}: ranks hung (a collective deadlocked)"
-    assert all(p.exitcode == 0 for p in procs), f"{fn_name}: a rank failed"
-    return torch.load(out, weights_only=True)
-
-
-def _free_port_cache(tmp_path) -> int:
-    path = tmp_path / "port"
-    if not path.exists():
-        path.write_text(str(_free_port()))
-    return int(path.read_text())
 
 
 # -- the per-rank programs ---------------------------------------------------------------------
@@ -197,8 +153,8 @@ def dist_frozen(rank: int, world: int) -> dict:
 
 def dist_materialize(rank: int, world: int) -> dict:
     """Only rank 0 builds real weights; rank 1 starts from meta and gets just its shards."""
-    source = build_init_source("flow_vla", {"size": "tiny"}, seed=5) if rank == 0 else None
-    model = meta_model("flow_vla", {"size": "tiny"})
+    source = build_init_source(FAMILY, TINY, seed=5) if rank == 0 else None
+    model = meta_model(FAMILY, TINY)
     apply_fsdp(model, init_device_mesh("cpu", (world,)), TrainConfig())
     materialize_from_rank0(model, source.state_dict() if source else None, torch.device("cpu"))
     local = sum(p.to_local().numel() for p in model.parameters())
@@ -220,14 +176,14 @@ def reference_grads() -> dict[str, torch.Tensor]:
 
 
 def test_fsdp2_gradients_match_one_process(tmp_path, reference_grads):
-    sharded = run_distributed("dist_grads", tmp_path)
+    sharded = run_distributed(dist_grads, tmp_path)
     assert sharded.keys() == reference_grads.keys()
     for name, ref in reference_grads.items():
         torch.testing.assert_close(sharded[name], ref, rtol=1e-5, atol=1e-5, msg=name)
 
 
 def test_gradient_accumulation_matches_one_micro_batch(tmp_path):
-    out = run_distributed("dist_accumulated_update", tmp_path)
+    out = run_distributed(dist_accumulated_update, tmp_path)
     per_rank = GLOBAL_BATCH // 2
 
     def pick(micro: int, kind: str) -> dict:
@@ -235,7 +191,7 @@ def test_gradient_accumulation_matches_one_micro_batch(tmp_path):
         return {k[len(prefix) :]: v for k, v in out.items() if k.startswith(prefix)}
 
     torch.manual_seed(0)
-    initial = build_model("flow_vla", {"size": "tiny"}).state_dict()
+    initial = FAMILY.build(TINY).state_dict()
     whole, accumulated = pick(per_rank, "param"), pick(per_rank // 2, "param")
     assert any(not torch.equal(whole[n], initial[n]) for n in whole), "the update changed nothing"
     for name, grad in pick(per_rank, "grad").items():
@@ -245,22 +201,23 @@ def test_gradient_accumulation_matches_one_micro_batch(tmp_path):
 
 
 def test_nan_loss_on_one_rank_does_not_hang_and_keeps_training(tmp_path):
-    result = run_distributed("dist_nan_guard", tmp_path)
+    result = run_distributed(dist_nan_guard, tmp_path)
     assert result["zeroed"].tolist() == [0.0, 1.0, 0.0]
     assert result["skipped"].tolist() == [0.0, 0.0, 0.0]
     assert bool(result["finite"])
 
 
 def test_frozen_parameters_get_no_gradient_and_do_not_change(tmp_path):
-    result = run_distributed("dist_frozen", tmp_path)
-    trainable = [n for n in result["all"] if n.startswith("action_expert.")]
+    result = run_distributed(dist_frozen, tmp_path)
+    role_of = FAMILY.model_type.role_of
+    trainable = [n for n in result["all"] if role_of(n) == "action_expert"]
     assert result["with_grad"] == trainable
     assert set(result["changed"]) <= set(trainable) and result["changed"]
 
 
 def test_meta_shards_are_filled_from_rank0_alone(tmp_path):
-    result = run_distributed("dist_materialize", tmp_path)
-    expected = build_init_source("flow_vla", {"size": "tiny"}, seed=5).state_dict()
+    result = run_distributed(dist_materialize, tmp_path)
+    expected = build_init_source(FAMILY, TINY, seed=5).state_dict()
     assert result["params"].keys() == expected.keys()
     for name, value in expected.items():
         torch.testing.assert_close(result["params"][name], value, rtol=0, atol=0, msg=name)

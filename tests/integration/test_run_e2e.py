@@ -10,7 +10,8 @@ import pytest
 from safetensors.numpy import load_file
 
 from raytrain_vla import policy, run
-from raytrain_vla.data.sim import ReachEnv
+from raytrain_vla.models.registry import get_family
+from raytrain_vla.sim.simulator import ReachEnv
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -38,16 +39,8 @@ def test_metrics_fields_and_nan_guard_on_ray(run_args, tmp_path):
     assert val["val_action_mse"] > 0 and val["val_mean_action_mse"] > 0
 
 
-DEMO_MODEL_KWARGS = {
-    "size": "tiny",
-    "camera_keys": ["observation.image"],
-    "image_size": [32, 32],
-    "state_dim": 2,
-    "action_dim": 2,
-    "chunk_size": 8,
-    "max_text_len": 48,
-    "num_inference_steps": 10,
-}
+FAMILY = get_family("flow_vla")
+DEMO_MODEL_CONFIG = FAMILY.config_type.from_size("tiny")  # the demo's shapes are the defaults
 
 
 def test_resumed_fine_tune_matches_a_straight_run_and_checkpoints_hold_only_what_trains(
@@ -62,10 +55,11 @@ def test_resumed_fine_tune_matches_a_straight_run_and_checkpoints_hold_only_what
     from safetensors.torch import save_file
 
     from raytrain_vla import export
-    from raytrain_vla.models.pretrained import build_init_source
+    from raytrain_vla.train.checkpoint import stored_model_keys
+    from raytrain_vla.train.init_source import build_init_source
 
     pretrained = tmp_path / "pretrained.safetensors"
-    weights = build_init_source("flow_vla", DEMO_MODEL_KWARGS, seed=7).state_dict()
+    weights = build_init_source(FAMILY, DEMO_MODEL_CONFIG, seed=7).state_dict()
     save_file(weights, str(pretrained))
     extra = [
         "--optimizer.train_action_expert_only=true",
@@ -89,8 +83,9 @@ def test_resumed_fine_tune_matches_a_straight_run_and_checkpoints_hold_only_what
     assert layout <= names
     state = json.loads((ckpt / "train_state.json").read_text())
     assert state["step"] == 6 and state["world_size"] == 2
-    stored = export._stored_model_keys(ckpt)
-    assert stored == {k for k in weights if k.startswith("action_expert.")}, sorted(stored)[:5]
+    stored = stored_model_keys(ckpt)
+    trained = {k for k in weights if FAMILY.model_type.role_of(k) == "action_expert"}
+    assert stored == trained, sorted(stored)[:5]
     assert state["frozen_params"] == len(weights) - len(stored)
 
     assert run.main(run_args("head", 9, *observed)) == 0
@@ -127,9 +122,7 @@ def test_resumed_fine_tune_matches_a_straight_run_and_checkpoints_hold_only_what
     for key, value in resumed.items():
         np.testing.assert_array_equal(exported[key], value, err_msg=key)
     # ...and refuses an init source that no longer holds the values trained with.
-    save_file(
-        build_init_source("flow_vla", DEMO_MODEL_KWARGS, seed=8).state_dict(), str(pretrained)
-    )
+    save_file(build_init_source(FAMILY, DEMO_MODEL_CONFIG, seed=8).state_dict(), str(pretrained))
     assert export.main([str(_checkpoints(runs / "head")[-1]), str(tmp_path / "bad")]) == 1
     assert not (tmp_path / "bad").exists()
 

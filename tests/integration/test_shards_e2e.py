@@ -10,9 +10,9 @@ import pytest
 from safetensors.numpy import load_file
 
 from raytrain_vla import run
-from raytrain_vla.data.arrow import ShardSource, convert_to_shards
-from raytrain_vla.data.lerobot import LeRobotMeta
-from raytrain_vla.data.source import LeRobotSource
+from raytrain_vla.data.formats.lerobot import LeRobotMeta
+from raytrain_vla.data.formats.lerobot_source import LeRobotSource
+from raytrain_vla.data.formats.shards import ShardSource, convert_to_shards
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 

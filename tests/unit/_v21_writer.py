@@ -21,8 +21,8 @@ import av
 import numpy as np
 import pyarrow.parquet as pq
 
-from raytrain_vla.data.lerobot import LeRobotMeta, read_frames_table
-from raytrain_vla.data.video import decode_frames, encode_video
+from raytrain_vla.data.formats.lerobot import LeRobotMeta, read_frames_table
+from raytrain_vla.data.formats.video import decode_frames, encode_video
 
 DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
 VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"

@@ -16,11 +16,11 @@ import pytest
 
 from raytrain_vla.data.__main__ import main
 from raytrain_vla.data.demo import write_demo_dataset
+from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta
+from raytrain_vla.data.formats.lerobot_source import LeRobotSource
+from raytrain_vla.data.formats.random_access import open_dataset
+from raytrain_vla.data.formats.video import VideoDecodeError, decode_frames, encode_video
 from raytrain_vla.data.inspect import find_problems
-from raytrain_vla.data.lerobot import DatasetError, LeRobotMeta
-from raytrain_vla.data.random_access import open_dataset
-from raytrain_vla.data.source import LeRobotSource
-from raytrain_vla.data.video import VideoDecodeError, decode_frames, encode_video
 
 DATA = "data/chunk-000/file-000.parquet"
 VIDEO = "videos/observation.image/chunk-000/file-000.mp4"

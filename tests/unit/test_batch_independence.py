@@ -6,9 +6,10 @@ statistics, padding trimmed per batch and seen by a convolution) breaks them sil
 
 import torch
 
-from raytrain_vla.models.flow_vla import flow_noise_and_time
-from raytrain_vla.models.registry import build_model
-from raytrain_vla.models.tokenizer import tokenize
+from raytrain_vla.models.flow_vla.config import FlowVLAConfig
+from raytrain_vla.models.flow_vla.model import FlowVLA
+from raytrain_vla.models.flow_vla.tokenizer import tokenize
+from raytrain_vla.train.noise import flow_noise_and_time
 
 
 def _batch(n: int = 6) -> dict:
@@ -33,12 +34,12 @@ def _rows(batch: dict, idx: slice) -> dict:
 
 def test_per_sample_gradients_do_not_depend_on_batch_composition():
     torch.manual_seed(0)
-    model = build_model("flow_vla", {"size": "tiny"})
+    model = FlowVLA(FlowVLAConfig.from_size("tiny"))
     # Make FiLM non-identity so the instruction path carries gradient everywhere.
     for film in model.vision.stems[0].films:
         torch.nn.init.normal_(film.mlp.fc2.weight, std=0.05)
     batch = _batch()
-    noise, time = flow_noise_and_time(0, 0, batch["sample_ids"].tolist(), 8, 2)
+    noise, time = flow_noise_and_time(0, 0, batch["sample_ids"].tolist(), (8, 2))
     whole = model.compute_loss(batch, noise, time)
     whole.sum().backward()
     ref = {n: p.grad.clone() for n, p in model.named_parameters()}

@@ -9,11 +9,11 @@ import pyarrow.parquet as pq
 import pytest
 from _paths import fixtures_root
 
-from raytrain_vla.data import sim
 from raytrain_vla.data.__main__ import main
 from raytrain_vla.data.demo import write_demo_dataset
-from raytrain_vla.data.lerobot import LeRobotMeta, column_to_numpy, read_frames_table
-from raytrain_vla.data.video import decode_frames
+from raytrain_vla.data.formats.lerobot import LeRobotMeta, column_to_numpy, read_frames_table
+from raytrain_vla.data.formats.video import decode_frames
+from raytrain_vla.sim import simulator as sim
 
 NUM_EPISODES, SEED = 20, 3
 KEY = "observation.image"

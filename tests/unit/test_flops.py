@@ -2,26 +2,33 @@
 
 import torch
 
-from raytrain_vla.models.registry import build_model
-from raytrain_vla.models.tokenizer import tokenize
-from raytrain_vla.train.flops import example_batch, peak_tflops, training_flops_per_sample
+from raytrain_vla.data.normalize import Normalizer
+from raytrain_vla.data.spec import DataSpec
+from raytrain_vla.models.registry import get_family
+from raytrain_vla.train.flops import example_columns, peak_tflops, training_flops_per_sample
 
-KW = dict(
-    size="tiny", camera_keys=["observation.image"], image_size=[32, 32], state_dim=2,
-    action_dim=2, chunk_size=8, max_text_len=48, num_inference_steps=2,
-)  # fmt: skip
+SPEC = DataSpec({"observation.image": (3, 32, 32)}, state_dim=2, action_dim=2, chunk_size=8)
+STATS = {"observation.state": {"mean": [0, 0], "std": [1, 1]}}
+STATS["action"] = STATS["observation.state"]
+FAMILY = get_family("flow_vla")
+CONFIG = FAMILY.config_type.from_size("tiny", num_inference_steps=2)
 
 
 def batch_for(texts: list[str]) -> dict:
-    tokens, mask = tokenize(texts, 48)
-    return example_batch(
-        tokens, mask, ["observation.image"], [32, 32], 2, 2, 8, torch.device("cpu")
-    )
+    processor = FAMILY.processor(CONFIG, Normalizer.from_stats(STATS, "mean_std"))
+    return processor.collate(processor.encode(example_columns(SPEC, texts)), "cpu")
+
+
+def test_example_batch_has_the_models_input_shapes():
+    batch = batch_for(["reach the red disc", "x"])
+    assert batch["images"]["observation.image"].shape == (2, 3, 32, 32)
+    assert batch["text_tokens"].shape == (2, CONFIG.max_text_len)
+    assert batch["actions"].shape == (2, 8, 2) and batch["sample_ids"].tolist() == [0, 1]
 
 
 def test_flops_per_sample_do_not_depend_on_batch_size_and_leave_no_trace():
     torch.manual_seed(0)
-    model = build_model("flow_vla", KW)
+    model = FAMILY.build(CONFIG)
     one = training_flops_per_sample(model, batch_for(["reach the red disc"]))
     rng = torch.get_rng_state()
     four = training_flops_per_sample(model, batch_for(["reach the red disc"] * 4))

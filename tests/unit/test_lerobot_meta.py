@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from _paths import fixtures_root
 
-from raytrain_vla.data.lerobot import (
+from raytrain_vla.data.formats.lerobot import (
     DatasetError,
     LeRobotMeta,
     column_to_numpy,

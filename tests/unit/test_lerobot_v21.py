@@ -17,10 +17,10 @@ from _paths import fixtures_root
 from _v21_writer import write_v21_copy
 
 from raytrain_vla.data.demo import write_demo_dataset
-from raytrain_vla.data.lerobot import DatasetError, LeRobotMeta
-from raytrain_vla.data.lerobot_v21 import aggregate_stats
-from raytrain_vla.data.random_access import open_dataset
-from raytrain_vla.data.source import LeRobotSource
+from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta
+from raytrain_vla.data.formats.lerobot_source import LeRobotSource
+from raytrain_vla.data.formats.lerobot_v21 import aggregate_stats
+from raytrain_vla.data.formats.random_access import open_dataset
 
 KEY = "observation.image"
 NAMES = ["pusht_like", "pusht_like_images", "demo"]

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
 import torch
 
-from raytrain_vla.models import (
-    MODEL_REGISTRY,
-    FlowVLA,
-    FlowVLAConfig,
-    build_model,
-    count_parameters,
-    flow_noise_and_time,
-    tokenize,
-)
+from raytrain_vla.models.flow_vla.config import FlowVLAConfig
+from raytrain_vla.models.flow_vla.model import FlowVLA, count_parameters
+from raytrain_vla.models.flow_vla.tokenizer import tokenize
+from raytrain_vla.models.registry import FAMILIES, get_family
+from raytrain_vla.train.noise import flow_noise_and_time
 
 CAMS = ["observation.images.top", "observation.images.wrist"]
 B, CHUNK, A, S = 4, 8, 3, 5
@@ -23,11 +20,11 @@ B, CHUNK, A, S = 4, 8, 3, 5
 
 def make_model(seed: int = 0) -> FlowVLA:
     torch.manual_seed(seed)
-    return build_model(
-        "flow_vla",
-        dict(size="tiny", camera_keys=CAMS, image_size=(32, 24), state_dim=S, action_dim=A,
-             chunk_size=CHUNK, max_text_len=24, num_inference_steps=4),
+    config = FlowVLAConfig.from_size(
+        "tiny", camera_keys=tuple(CAMS), image_size=(32, 24), state_dim=S, action_dim=A,
+        chunk_size=CHUNK, max_text_len=24, num_inference_steps=4,
     )  # fmt: skip
+    return get_family("flow_vla").build(config)
 
 
 def make_batch(seed: int = 0) -> dict:
@@ -47,7 +44,7 @@ def make_batch(seed: int = 0) -> dict:
 
 
 def noise_time(step: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    return flow_noise_and_time(0, step, list(range(B)), CHUNK, A)
+    return flow_noise_and_time(0, step, list(range(B)), (CHUNK, A))
 
 
 def test_tokenizer_bytes_padding_truncation():
@@ -107,22 +104,27 @@ def test_text_padding_is_masked_out():
     assert torch.equal(full_mask[:, :keep], trimmed_mask[:, :keep])
 
 
-def test_groups_partition_parameters():
+def test_roles_partition_parameters_by_tower():
     model = make_model()
-    names = [n for n, _ in model.named_parameters()]
-    groups = [r"^vision\.", r"^backbone\.", r"^action_expert\."]
-    for name in names:
-        assert sum(bool(re.search(g, name)) for g in groups) == 1, name
-    assert [n for n, _ in model.named_children()] == ["vision", "backbone", "action_expert"]
+    by_role: dict[str, int] = {}
+    for name, p in model.named_parameters():
+        role = model.role_of(name)  # raises for a parameter without a role
+        by_role[role] = by_role.get(role, 0) + p.numel()
+    assert (
+        set(by_role) == set(get_family("flow_vla").roles) == {"vision", "backbone", "action_expert"}
+    )
+    assert [n for n, _ in model.named_children()] == list(by_role)
     counts = count_parameters(model)
-    assert counts["vision"] + counts["backbone"] + counts["action_expert"] == counts["total"]
+    assert all(counts[role] == n for role, n in by_role.items())
 
 
-def test_transformer_blocks_cover_both_transformers():
+def test_fsdp_units_are_every_transformer_block_then_the_vision_tower():
     model = make_model()
-    blocks = model.transformer_blocks()
+    blocks = model.activation_checkpoint_units()
     assert len(blocks) == model.config.backbone_layers + model.config.expert_layers
     assert all(any(b is m for m in model.modules()) for b in blocks)
+    assert model.fsdp_units() == [*blocks, model.vision]
+    assert model.noise_shape == (CHUNK, A)
 
 
 def test_tiny_is_under_one_million_params():
@@ -130,19 +132,19 @@ def test_tiny_is_under_one_million_params():
 
 
 def test_flow_noise_and_time_keyed_to_sample_not_batch():
-    noise, time = flow_noise_and_time(7, 3, [10, 11, 12, 13], CHUNK, A)
+    noise, time = flow_noise_and_time(7, 3, [10, 11, 12, 13], (CHUNK, A))
     assert noise.shape == (4, CHUNK, A) and time.shape == (4,)
     assert noise.dtype == torch.float32 and time.dtype == torch.float32
     assert ((time >= 0.001) & (time <= 1.0)).all()
-    again, time_again = flow_noise_and_time(7, 3, [10, 11, 12, 13], CHUNK, A)
+    again, time_again = flow_noise_and_time(7, 3, [10, 11, 12, 13], (CHUNK, A))
     assert torch.equal(noise, again) and torch.equal(time, time_again)
     # Another rank processing a different slice, in another order, draws the same per-sample values.
-    other, other_time = flow_noise_and_time(7, 3, [13, 99, 11], CHUNK, A)
+    other, other_time = flow_noise_and_time(7, 3, [13, 99, 11], (CHUNK, A))
     assert torch.equal(other[0], noise[3]) and torch.equal(other[2], noise[1])
     assert other_time[0] == time[3] and other_time[2] == time[1]
     # A different step or seed gives different noise.
-    assert not torch.equal(flow_noise_and_time(7, 4, [10], CHUNK, A)[0][0], noise[0])
-    assert not torch.equal(flow_noise_and_time(8, 3, [10], CHUNK, A)[0][0], noise[0])
+    assert not torch.equal(flow_noise_and_time(7, 4, [10], (CHUNK, A))[0][0], noise[0])
+    assert not torch.equal(flow_noise_and_time(8, 3, [10], (CHUNK, A))[0][0], noise[0])
 
 
 def test_sample_actions_shape_and_determinism():
@@ -171,6 +173,8 @@ def test_language_changes_the_prediction():
 
 def test_config_round_trip_and_errors():
     cfg = FlowVLAConfig.from_size("tiny", camera_keys=CAMS, image_size=(32, 24), action_dim=A)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.d_model = 8  # type: ignore[misc]
     d = cfg.to_dict()
     assert d["image_size"] == [32, 24]
     assert FlowVLAConfig.from_dict(d) == cfg
@@ -181,9 +185,9 @@ def test_config_round_trip_and_errors():
 
 
 def test_registry_unknown_type_lists_known():
-    assert "flow_vla" in MODEL_REGISTRY
+    assert "flow_vla" in FAMILIES
     with pytest.raises(ValueError, match="flow_vla"):
-        build_model("no_such_model", {})
+        get_family("no_such_model")
 
 
 def test_meta_init_then_materialise():
@@ -198,12 +202,12 @@ def test_meta_init_then_materialise():
 
 
 def test_base_on_meta_is_about_one_billion():
+    config = FlowVLAConfig.from_size(
+        "base", camera_keys=tuple(CAMS), image_size=(224, 224), state_dim=14, action_dim=14,
+        chunk_size=50,
+    )  # fmt: skip
     with torch.device("meta"):
-        model = build_model(
-            "flow_vla",
-            dict(size="base", camera_keys=CAMS, image_size=(224, 224), state_dim=14,
-                 action_dim=14, chunk_size=50),
-        )  # fmt: skip
+        model = FlowVLA(config)
     total = count_parameters(model)["total"]
     assert 0.8e9 < total < 1.3e9
     assert all(p.is_meta for p in model.parameters())

@@ -16,11 +16,10 @@ import pytest
 import torch
 from _paths import fixtures_root
 
-from raytrain_vla.data.images import ImageRows, decode_images
-from raytrain_vla.data.lerobot import DatasetError, LeRobotMeta
-from raytrain_vla.data.lerobot import open_dataset as open_via_lerobot
-from raytrain_vla.data.random_access import LeRobotFrames, open_dataset
-from raytrain_vla.data.source import LeRobotSource
+from raytrain_vla.data.formats.images import ImageRows, decode_images
+from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta
+from raytrain_vla.data.formats.lerobot_source import LeRobotSource
+from raytrain_vla.data.formats.random_access import LeRobotFrames, open_dataset
 
 KEY = "observation.image"
 
@@ -55,7 +54,7 @@ def test_items_match_lerobot_reference(name):
 
 @pytest.mark.parametrize("name", ["pusht_like", "pusht_like_images"])
 def test_items_without_windows_are_single_frames(name):
-    ds = open_via_lerobot(fixtures_root() / "lerobot_v3" / name)
+    ds = open_dataset(fixtures_root() / "lerobot_v3" / name)
     assert isinstance(ds, LeRobotFrames)
     item = ds[41]
     shapes = {k: (tuple(v.shape), v.dtype) for k, v in item.items() if k != "task"}

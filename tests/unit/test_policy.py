@@ -1,13 +1,17 @@
 """An exported policy loads without Ray, checks observations and resizes camera images."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
 
 from raytrain_vla import policy
-from raytrain_vla.data.transforms import Normalizer
-from raytrain_vla.export import write_policy
-from raytrain_vla.models.registry import build_model
+from raytrain_vla.data.normalize import Normalizer
+from raytrain_vla.data.spec import DataSpec
+from raytrain_vla.models.flow_vla.config import FlowVLAConfig
+from raytrain_vla.models.flow_vla.model import FlowVLA
+from raytrain_vla.policy.format import CONFIG, PolicyMeta, read_meta, write_policy
 
 STATS = {
     "observation.state": {"mean": [0.5, 0.5], "std": [0.2, 0.2]},
@@ -15,31 +19,70 @@ STATS = {
 }
 
 
+# What format 1 stored in config.json: the model builder's keyword arguments.
+V1_KWARGS = {
+    "size": "tiny",
+    "camera_keys": ["observation.image"],
+    "image_size": [16, 16],
+    "state_dim": 2,
+    "action_dim": 2,
+    "chunk_size": 8,
+    "max_text_len": 48,
+    "num_inference_steps": 4,
+}
+
+
 @pytest.fixture(scope="module")
 def policy_dir(tmp_path_factory):
-    kwargs = {
-        "size": "tiny",
-        "camera_keys": ["observation.image"],
-        "image_size": [16, 16],
-        "state_dim": 2,
-        "action_dim": 2,
-        "chunk_size": 8,
-        "max_text_len": 48,
-        "num_inference_steps": 4,
-    }
+    config = FlowVLAConfig.from_size("tiny", image_size=(16, 16), num_inference_steps=4)
+    spec = DataSpec({"observation.image": (3, 16, 16)}, state_dim=2, action_dim=2, chunk_size=8)
+    meta = PolicyMeta("flow_vla", config, spec, ("reach the red disc",), (0.0, 0.0))
     torch.manual_seed(0)
-    model = build_model("flow_vla", kwargs)
+    model = FlowVLA(config)
     out = tmp_path_factory.mktemp("policy") / "export"
-    write_policy(
-        out,
-        model.state_dict(),
-        "flow_vla",
-        kwargs,
-        Normalizer.from_stats(STATS, "mean_std"),
-        np.zeros(2),
-        ["reach the red disc"],
-    )
+    write_policy(out, model.state_dict(), meta, Normalizer.from_stats(STATS, "mean_std"))
     return out
+
+
+def test_config_json_holds_the_typed_model_config(policy_dir):
+    data = json.loads((policy_dir / CONFIG).read_text())
+    assert (data["format"], data["version"], data["model_type"]) == (
+        "raytrain_vla.policy",
+        2,
+        "flow_vla",
+    )
+    assert data["model_config"]["image_size"] == [16, 16] and data["model_config"]["d_model"] == 64
+    meta = read_meta(policy_dir / CONFIG)
+    assert meta.model_config == FlowVLAConfig.from_size(
+        "tiny", image_size=(16, 16), num_inference_steps=4
+    )
+    assert meta.data_spec.camera_shapes == {"observation.image": (3, 16, 16)}
+
+
+def test_a_format_1_policy_still_loads_and_predicts_the_same(policy_dir, tmp_path):
+    old = tmp_path / "v1"
+    old.mkdir()
+    for name in ("model.safetensors", "normalization.json"):
+        (old / name).write_bytes((policy_dir / name).read_bytes())
+    v1 = {"model_type": "flow_vla", "model_kwargs": V1_KWARGS, "mean_action": [0.0, 0.0]}
+    (old / CONFIG).write_text(json.dumps({**v1, "tasks": ["reach the red disc"]}))
+    obs = {
+        "observation.image": np.full((16, 16, 3), 60, np.uint8),
+        "state": [0.4, 0.6],
+        "instruction": "reach the red disc",
+    }
+    np.testing.assert_array_equal(
+        policy.load(old, seed=2).predict_action(obs),
+        policy.load(policy_dir, seed=2).predict_action(obs),
+    )
+    assert policy.load(old).meta.model_config == read_meta(policy_dir / CONFIG).model_config
+
+
+def test_unknown_model_type_names_the_file(policy_dir, tmp_path):
+    data = json.loads((policy_dir / CONFIG).read_text())
+    (tmp_path / CONFIG).write_text(json.dumps({**data, "model_type": "nope"}))
+    with pytest.raises(ValueError, match=r"config.json: .*unknown model type 'nope'"):
+        read_meta(tmp_path / CONFIG)
 
 
 def test_predicts_in_original_units_from_any_image_layout(policy_dir):
@@ -103,7 +146,7 @@ def test_select_action_serves_the_chunk_then_replans_and_reset_restarts(policy_d
 
 
 def test_closed_loop_scores_the_same_scenes_for_every_controller(policy_dir):
-    from raytrain_vla.closed_loop import evaluate
+    from raytrain_vla.sim.closed_loop import evaluate
 
     p = policy.load(policy_dir, seed=0, n_action_steps=4)
     results = {r.name: r for r in evaluate(p, episodes=2, seed=7, image_size=16)}
@@ -127,7 +170,7 @@ def test_eval_cli_reports_json_and_refuses_a_bad_policy_directory(policy_dir, tm
 
 
 def test_recorded_rollouts_hold_every_frame_and_strip_into_one_image(policy_dir):
-    from raytrain_vla.closed_loop import evaluate, frame_strip
+    from raytrain_vla.sim.closed_loop import evaluate, frame_strip
 
     p = policy.load(policy_dir, seed=0)
     results = evaluate(p, episodes=3, seed=7, image_size=16, record=2)
@@ -146,8 +189,8 @@ def test_recorded_rollouts_hold_every_frame_and_strip_into_one_image(policy_dir)
 
 
 def test_only_the_simulators_own_data_counts_as_the_demo_task(tmp_path):
-    from raytrain_vla.closed_loop import is_demo_dataset
     from raytrain_vla.data.demo import write_demo_dataset
+    from raytrain_vla.sim.closed_loop import is_demo_dataset
 
     assert is_demo_dataset(write_demo_dataset(tmp_path / "demo", num_episodes=1))
     other = tmp_path / "other" / "meta"

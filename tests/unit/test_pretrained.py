@@ -5,15 +5,21 @@ import pytest
 import torch
 
 from raytrain_vla import policy
-from raytrain_vla.data.transforms import Normalizer
-from raytrain_vla.export import write_policy
-from raytrain_vla.models.pretrained import load_pretrained
-from raytrain_vla.models.registry import build_model
+from raytrain_vla.data.normalize import Normalizer
+from raytrain_vla.data.spec import DataSpec
+from raytrain_vla.models.flow_vla.config import FlowVLAConfig
+from raytrain_vla.models.flow_vla.model import FlowVLA
+from raytrain_vla.policy.format import PolicyMeta, write_policy
+from raytrain_vla.train.init_source import load_pretrained
 
-KW = dict(
-    size="tiny", camera_keys=["observation.image"], image_size=[16, 16], state_dim=2,
-    action_dim=2, chunk_size=8, max_text_len=48, num_inference_steps=3,
-)  # fmt: skip
+CONFIG = FlowVLAConfig.from_size("tiny", image_size=(16, 16), num_inference_steps=3)
+SPEC = DataSpec({"observation.image": (3, 16, 16)}, state_dim=2, action_dim=2, chunk_size=8)
+
+
+def build_model(config: FlowVLAConfig = CONFIG) -> FlowVLA:
+    return FlowVLA(config)
+
+
 STATS = {
     "observation.state": {"mean": [0.5, 0.5], "std": [0.2, 0.2]},
     "action": {"mean": [0.0, 0.0], "std": [0.03, 0.03]},
@@ -24,19 +30,19 @@ HEAD = [r"^action_expert\.action_(in|out)\."]
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory):
     torch.manual_seed(0)
-    model = build_model("flow_vla", KW)
+    model = build_model()
     out = tmp_path_factory.mktemp("pretrained") / "policy"
     norm = Normalizer.from_stats(STATS, "mean_std")
-    write_policy(out, model.state_dict(), "flow_vla", KW, norm, np.zeros(2), ["reach"])
+    write_policy(out, model.state_dict(), PolicyMeta("flow_vla", CONFIG, SPEC), norm)
     return out
 
 
 def test_init_from_a_policy_reproduces_its_predictions(pretrained):
     torch.manual_seed(1)  # a different fresh init, overwritten by the policy's weights
-    model = build_model("flow_vla", KW)
+    model = build_model()
     assert load_pretrained(model, pretrained, []) == []
     reference = policy.load(pretrained, seed=4)
-    tuned = policy.Policy(model, reference.config, reference.normalizer, seed=4)
+    tuned = policy.Policy(model, reference.processor, reference.meta, seed=4)
     obs = {
         "observation.image": np.full((16, 16, 3), 90, np.uint8),
         "state": np.array([0.3, 0.7], np.float32),
@@ -44,12 +50,12 @@ def test_init_from_a_policy_reproduces_its_predictions(pretrained):
     }
     np.testing.assert_array_equal(tuned.predict_action(obs), reference.predict_action(obs))
     # A single .safetensors file works too.
-    assert load_pretrained(build_model("flow_vla", KW), pretrained / "model.safetensors", []) == []
+    assert load_pretrained(build_model(), pretrained / "model.safetensors", []) == []
 
 
 def test_another_action_dimension_needs_the_allow_list(pretrained):
     torch.manual_seed(1)
-    model = build_model("flow_vla", {**KW, "action_dim": 3})
+    model = build_model(FlowVLAConfig.from_size("tiny", image_size=(16, 16), action_dim=3))
     with pytest.raises(ValueError, match="shape differs.*action_expert.action_in.weight"):
         load_pretrained(model, pretrained, [])
     fresh = {k: v.clone() for k, v in model.state_dict().items()}
@@ -67,4 +73,4 @@ def test_another_action_dimension_needs_the_allow_list(pretrained):
 
 def test_not_a_policy_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="neither a policy directory"):
-        load_pretrained(build_model("flow_vla", KW), tmp_path, [])
+        load_pretrained(build_model(), tmp_path, [])

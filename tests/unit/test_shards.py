@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import json
 import pickle
+import shutil
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from _paths import fixtures_root
 
 from raytrain_vla.config.schema import DataConfig
 from raytrain_vla.data.__main__ import main
-from raytrain_vla.data.arrow import ShardSource, convert_to_shards
+from raytrain_vla.data.dataset import DatasetView
 from raytrain_vla.data.demo import write_demo_dataset
-from raytrain_vla.data.lerobot import DatasetError, LeRobotMeta
-from raytrain_vla.data.source import DatasetView, LeRobotSource
+from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta
+from raytrain_vla.data.formats.lerobot_source import LeRobotSource
+from raytrain_vla.data.formats.shards import ShardSource, convert_to_shards
 
 KEY = "image/observation.image"
 
@@ -96,12 +99,11 @@ def test_layout_and_manifest(shards, demo, lerobot):
     table = pq.read_table(shards / entries[1]["file"])
     assert table["sample_id"].to_pylist() == list(range(25, 50))
     cols = {"sample_id", "episode_index", "frame_index", "timestamp", "task_index", "state"}
-    cols |= {"actions", "action_is_pad", "task_tokens", KEY}
-    assert set(table.column_names) == cols
+    cols |= {"actions", "action_is_pad", KEY}  # no model inputs: the processor makes those
+    assert set(table.column_names) == cols and manifest["version"] == 2
     assert str(table.schema.field(KEY).type) == (
         "binary" if fmt == "png" else "fixed_size_binary[3072]"
     )
-    assert table["task_tokens"].type.list_size == 48
     if fmt == "png":
         assert table[KEY][0].as_py()[:8] == b"\x89PNG\r\n\x1a\n"
     assert LeRobotMeta.load(shards).total_frames == n  # the meta/ copy stands in for the source
@@ -119,6 +121,23 @@ def test_dataset_view_on_shards_matches_lerobot(shards, demo):
         ids = views[0].plan.global_batch(step)
         np.testing.assert_array_equal(ids, views[1].plan.global_batch(step))
         _assert_same(views[1].source.read(ids), views[0].source.read(ids))
+
+
+def test_version_1_shards_with_their_token_column_still_read(shards, lerobot, tmp_path):
+    old = tmp_path / "v1"
+    shutil.copytree(shards, old)
+    manifest = json.loads((old / "shards.json").read_text())
+    for entry in manifest["shards"]:  # version 1 also stored byte tokens per row
+        path = old / entry["file"]
+        table = pq.read_table(path)
+        tokens = pa.array([[1] * 48] * table.num_rows, pa.list_(pa.int16(), 48))
+        pq.write_table(table.append_column("task_tokens", tokens), path, row_group_size=8)
+    (old / "shards.json").write_text(json.dumps({**manifest, "version": 1, "max_text_len": 48}))
+    ids = np.random.default_rng(2).permutation(len(lerobot.episode_of))[:30]
+    _assert_same(ShardSource(old, 8).read(ids), lerobot.read(ids))
+    (old / "shards.json").write_text(json.dumps({**manifest, "version": 3}))
+    with pytest.raises(DatasetError, match=r"shards\.json: shards format version 3, expected"):
+        ShardSource(old, 8)
 
 
 def test_chunk_size_mismatch_names_manifest_and_both_values(shards):

@@ -1,12 +1,16 @@
-"""Normalisation modes, resizing and keyed augmentation: pure numpy/torch, no Ray."""
+"""Normalisation modes, resizing, keyed augmentation and the read-task transform: no Ray."""
 
 import numpy as np
 import pytest
 import torch
 
 from raytrain_vla.config.schema import AugmentConfig
-from raytrain_vla.data.augment import ImageOps, augment_images, resize_images
-from raytrain_vla.data.transforms import Normalizer
+from raytrain_vla.data.augment import augment_images
+from raytrain_vla.data.normalize import Normalizer
+from raytrain_vla.models.flow_vla.config import FlowVLAConfig
+from raytrain_vla.models.flow_vla.processor import FlowVLAProcessor
+from raytrain_vla.models.image_ops import resize_images
+from raytrain_vla.train.inputs import ReadTransform
 
 STATS = {
     "observation.state": {
@@ -83,7 +87,7 @@ def test_augmentation_off_is_identity():
     assert out["image/cam"] is imgs["image/cam"]
 
 
-def test_resize_and_image_ops():
+def test_resize():
     imgs = _images()
     out = resize_images(imgs, (8, 12))["image/cam"]
     assert out.shape == (4, 3, 8, 12) and out.dtype == np.uint8
@@ -91,7 +95,48 @@ def test_resize_and_image_ops():
     np.testing.assert_array_equal(
         resize_images(flat, (8, 8))["image/cam"], np.full((2, 3, 8, 8), 77)
     )
-    cols = {"sample_id": np.arange(4), "state": np.zeros((4, 2)), **imgs}
-    ops = ImageOps([8, 8], AugmentConfig(brightness=0.1), seed=1)
-    res = ops(cols, np.zeros(4, np.int64))
-    assert res["image/cam"].shape == (4, 3, 8, 8) and res["state"] is cols["state"]
+
+
+def test_numpy_and_torch_normalisation_agree_bit_for_bit():
+    # Read tasks normalise numpy columns; the same map on torch tensors gave the same bits.
+    norm = Normalizer.from_stats(STATS, "mean_std")
+    x = np.random.default_rng(0).normal(size=(64, 2)).astype(np.float32) * 7
+    got = norm.normalize("observation.state", x)
+    want = norm.normalize("observation.state", torch.from_numpy(x)).numpy()
+    assert got.dtype == np.float32 and np.array_equal(got.view(np.int32), want.view(np.int32))
+    back = norm.unnormalize("observation.state", torch.from_numpy(got)).numpy()
+    np.testing.assert_array_equal(norm.unnormalize("observation.state", got), back)
+
+
+def test_read_transform_resizes_then_augments_tokenizes_and_normalises():
+    stats = {"observation.state": STATS["observation.state"]}
+    stats["action"] = {"mean": [0.0, 0.0], "std": [1.0, 1.0]}
+    config = FlowVLAConfig.from_size("tiny", camera_keys=("cam",), image_size=(8, 8))
+    processor = FlowVLAProcessor(config, Normalizer.from_stats(stats, "mean_std"))
+    tasks = np.array(["reach the red disc", "go"], dtype=object)
+    cols = {"sample_id": np.arange(4), "task_index": np.array([0, 1, 1, 0]), **_images()}
+    cols |= {"state": np.ones((4, 2), np.float32), "actions": np.zeros((4, 8, 2), np.float32)}
+    cols["action_is_pad"] = np.zeros((4, 8), bool)
+    plain = ReadTransform(processor, tasks)(cols, np.zeros(4, np.int64))
+    augmented = ReadTransform(processor, tasks, AugmentConfig(brightness=0.1), seed=1)(
+        cols, np.zeros(4, np.int64)
+    )
+    assert plain["image/cam"].shape == (4, 3, 8, 8) and plain["image/cam"].dtype == np.uint8
+    resized = resize_images({"cam": cols["image/cam"]}, (8, 8))["cam"]
+    np.testing.assert_array_equal(plain["image/cam"], resized)
+    ids, epochs = cols["sample_id"], np.zeros(4, np.int64)
+    keyed = augment_images({"cam": resized}, ids, epochs, 1, AugmentConfig(brightness=0.1))
+    np.testing.assert_array_equal(augmented["image/cam"], keyed["cam"])  # after the resize
+    assert plain["text_mask"].sum(1).tolist() == [18, 2, 2, 18]
+    np.testing.assert_allclose(plain["state"], np.tile([0.0, -2.0], (4, 1)))
+    assert "task_index" not in plain and plain["sample_id"] is cols["sample_id"]
+    batch = processor.collate(plain, "cpu")
+    assert (
+        batch["images"]["cam"].dtype == torch.float32 and float(batch["images"]["cam"].max()) <= 1
+    )
+    assert batch["text_tokens"].dtype == torch.int64 and batch["sample_ids"].tolist() == [
+        0,
+        1,
+        2,
+        3,
+    ]

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from _paths import fixtures_root
 
-from raytrain_vla.data import sim
-from raytrain_vla.data.video import VideoDecodeError, decode_frames, encode_video
+from raytrain_vla.data.formats.video import VideoDecodeError, decode_frames, encode_video
+from raytrain_vla.sim import simulator as sim
 
 FPS = 10
 

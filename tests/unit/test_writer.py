@@ -8,10 +8,15 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from raytrain_vla.data.lerobot import LeRobotMeta, column_to_numpy, read_frames_table
-from raytrain_vla.data.source import LeRobotSource
-from raytrain_vla.data.video import decode_frames
-from raytrain_vla.data.writer import DatasetSpec, EpisodeData, VideoSpec, write_lerobot_dataset
+from raytrain_vla.data.formats.lerobot import LeRobotMeta, column_to_numpy, read_frames_table
+from raytrain_vla.data.formats.lerobot_source import LeRobotSource
+from raytrain_vla.data.formats.video import decode_frames
+from raytrain_vla.data.formats.writer import (
+    DatasetSpec,
+    EpisodeData,
+    VideoSpec,
+    write_lerobot_dataset,
+)
 
 FPS = 15
 CAMS = {"observation.images.top": (24, 40), "observation.images.wrist": (32, 32)}

@@ -1,7 +1,8 @@
-"""Normalisation and the batch transform that turns decoded samples into model inputs.
+"""Normalisation of state and actions by the dataset's statistics.
 
 Stats come from the dataset's `meta/stats.json` and travel with checkpoints and exports as
-`normalization.json`, so a policy un-normalises its actions without the dataset.
+`normalization.json`, so a policy un-normalises its actions without the dataset. The maps work
+on numpy arrays (read tasks, float32) and torch tensors alike, with the same float32 result.
 """
 
 from __future__ import annotations
@@ -9,13 +10,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import torch
 
-from raytrain_vla.models.tokenizer import tokenize
-
-NORMALIZED_FEATURES = ("observation.state", "action")
+STATE, ACTION = "observation.state", "action"
+NORMALIZED_FEATURES = (STATE, ACTION)
+ArrayT = TypeVar("ArrayT", np.ndarray, torch.Tensor)
 EPS = 1e-6
 
 
@@ -94,40 +96,16 @@ class Normalizer:
     def load(cls, path: str | Path) -> Normalizer:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
-    def normalize(self, feat: str, x: torch.Tensor) -> torch.Tensor:
+    def normalize(self, feat: str, x: ArrayT) -> ArrayT:
+        if isinstance(x, np.ndarray):
+            return (x.astype(np.float32, copy=False) - self.shift[feat]) / self.scale[feat]
         shift = torch.as_tensor(self.shift[feat], device=x.device, dtype=x.dtype)
         scale = torch.as_tensor(self.scale[feat], device=x.device, dtype=x.dtype)
         return (x - shift) / scale
 
-    def unnormalize(self, feat: str, x: torch.Tensor) -> torch.Tensor:
+    def unnormalize(self, feat: str, x: ArrayT) -> ArrayT:
+        if isinstance(x, np.ndarray):
+            return x.astype(np.float32, copy=False) * self.scale[feat] + self.shift[feat]
         shift = torch.as_tensor(self.shift[feat], device=x.device, dtype=x.dtype)
         scale = torch.as_tensor(self.scale[feat], device=x.device, dtype=x.dtype)
         return x * scale + shift
-
-
-class BatchTransform:
-    """Decoded columns (uint8 images, raw state/actions, task index) -> normalised model batch."""
-
-    def __init__(
-        self, normalizer: Normalizer, tasks: list[str], camera_keys: list[str], max_text_len: int
-    ):
-        self.normalizer = normalizer
-        self.camera_keys = camera_keys
-        self.task_tokens, self.task_mask = tokenize(tasks, max_text_len)
-
-    def __call__(self, cols: dict, device: torch.device | str = "cpu") -> dict:
-        def t(x):
-            return torch.from_numpy(np.array(x)).to(device, non_blocking=True)  # writable copy
-
-        task = t(cols["task_index"]).long()
-        batch = {
-            "sample_ids": t(cols["sample_id"]).long(),
-            "images": {k: t(cols[f"image/{k}"]).float().div_(255.0) for k in self.camera_keys},
-            "state": self.normalizer.normalize("observation.state", t(cols["state"]).float()),
-            "text_tokens": self.task_tokens.to(device)[task],
-            "text_mask": self.task_mask.to(device)[task],
-        }
-        if "actions" in cols:
-            batch["actions"] = self.normalizer.normalize("action", t(cols["actions"]).float())
-            batch["action_is_pad"] = t(cols["action_is_pad"]).bool()
-        return batch

@@ -19,8 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from raytrain_vla.data.atomic import atomic_directory, refuse_non_empty
-from raytrain_vla.data.video import PIX_FMT, encode_video
+from raytrain_vla.data.formats.atomic import atomic_directory, refuse_non_empty
+from raytrain_vla.data.formats.video import PIX_FMT, encode_video
 
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"

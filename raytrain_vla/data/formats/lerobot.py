@@ -9,7 +9,7 @@ because a silent mismatch between metadata and data would corrupt training quiet
 
 from __future__ import annotations
 
-import json
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,50 +17,25 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from raytrain_vla.data.frame_checks import describe_episodes, frame_problems
+from raytrain_vla.data.formats.frame_checks import describe_episodes, frame_problems
+from raytrain_vla.data.formats.lerobot_common import (
+    DatasetError,
+    check_episodes,
+    check_features,
+    load_stats_json,
+    read_json,
+    read_parquet,
+)
+from raytrain_vla.data.formats.lerobot_v21 import load_v21
+
+__all__ = ["DatasetError", "LeRobotMeta", "column_to_numpy", "read_frames_table"]
 
 SUPPORTED_VERSIONS = ("v2.1", "v3.0")
 _EPISODE_COLUMNS = ("episode_index", "tasks", "length", "dataset_from_index", "dataset_to_index")
 _EPISODE_COLUMNS += ("data/chunk_index", "data/file_index")
 _VIDEO_COLUMNS = ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
 _INFO_KEYS = ("codebase_version", "fps", "features", "total_episodes", "total_frames", "data_path")
-
-
-class DatasetError(ValueError):
-    """The dataset on disk disagrees with what its metadata (or the LeRobot format) promises."""
-
-
-def _read_json(path: Path, what: str) -> dict:
-    try:
-        with open(path) as f:
-            out = json.load(f)
-    except FileNotFoundError:
-        raise DatasetError(f"{path}: missing; expected {what}") from None
-    except (OSError, ValueError) as e:
-        raise DatasetError(f"{path}: not valid JSON ({e}); expected {what}") from e
-    if not isinstance(out, dict):
-        raise DatasetError(f"{path}: expected a JSON object with {what}")
-    return out
-
-
-def _read_parquet(path: Path, columns: Sequence[str] | None = None, where: str = "") -> pa.Table:
-    """The table (or `columns` of it); `where` (e.g. "episodes 0-4") is added to errors."""
-    at = f"; in {where}" if where else ""
-    try:
-        if columns is not None:
-            present = set(pq.read_schema(path).names)
-            missing = [c for c in columns if c not in present]
-            if missing:
-                raise DatasetError(f"{path}: missing column(s) {missing}{at}")
-        return pq.read_table(path, columns=list(columns) if columns is not None else None)
-    except DatasetError:
-        raise
-    except FileNotFoundError:
-        raise DatasetError(f"{path}: missing parquet file{at}") from None
-    except (OSError, pa.ArrowException) as e:
-        raise DatasetError(f"{path}: unreadable parquet file ({e}){at}") from e
 
 
 @dataclass
@@ -77,17 +52,19 @@ class LeRobotMeta:
     def load(cls, root: str | Path) -> LeRobotMeta:
         root = Path(root)
         info_path = root / "meta" / "info.json"
-        info = _read_json(info_path, "LeRobot dataset info (fps, features, ...)")
+        info = read_json(info_path, "LeRobot dataset info (fps, features, ...)")
         missing = [k for k in _INFO_KEYS if k not in info]
         if missing:
             raise DatasetError(f"{info_path}: missing key(s) {missing}")
         version = str(info["codebase_version"])
-        if version not in _LOADERS:
+        if version not in SUPPORTED_VERSIONS:
             raise DatasetError(
                 f"{info_path}: codebase_version {version!r} is not supported "
                 f"(supported: {', '.join(SUPPORTED_VERSIONS)})"
             )
-        return _LOADERS[version](root, info)
+        if version == "v2.1":
+            return cls(root, info, *load_v21(root, info))
+        return _load_v30(root, info)
 
     # -- info.json -------------------------------------------------------------------------
     @property
@@ -205,25 +182,10 @@ class LeRobotMeta:
         return float(self.episodes[f"videos/{key}/from_timestamp"][episode])
 
 
-def check_features(root: Path, info: dict) -> list[str]:
-    """The video keys, after checking that `features` is usable."""
-    info_path = root / "meta" / "info.json"
-    features = info["features"]
-    if not isinstance(features, dict) or not all(isinstance(f, dict) for f in features.values()):
-        raise DatasetError(f"{info_path}: 'features' must be an object of feature objects")
-    bad = [k for k, f in features.items() if "dtype" not in f or "shape" not in f]
-    if bad:
-        raise DatasetError(f"{info_path}: feature(s) {bad} lack 'dtype' or 'shape'")
-    videos = [k for k, f in features.items() if f.get("dtype") == "video"]
-    if videos and not info.get("video_path"):
-        raise DatasetError(f"{info_path}: video features {videos} but no 'video_path' template")
-    return videos
-
-
 def _load_v30(root: Path, info: dict) -> LeRobotMeta:
     videos = check_features(root, info)
     tasks_path = root / "meta" / "tasks.parquet"
-    tt = _read_parquet(tasks_path)
+    tt = read_parquet(tasks_path)
     if "task_index" not in tt.column_names or "task" not in tt.column_names:
         raise DatasetError(f"{tasks_path}: expected columns 'task' and 'task_index'")
     order = np.argsort(tt["task_index"].to_numpy())
@@ -235,7 +197,7 @@ def _load_v30(root: Path, info: dict) -> LeRobotMeta:
     if not ep_files:
         raise DatasetError(f"{root / 'meta/episodes'}: no chunk-*/file-*.parquet episode files")
     cols = list(_EPISODE_COLUMNS) + [f"videos/{k}/{c}" for k in videos for c in _VIDEO_COLUMNS]
-    table = pa.concat_tables([_read_parquet(p, cols) for p in ep_files])
+    table = pa.concat_tables([read_parquet(p, cols) for p in ep_files])
     table = table.take(pc.sort_indices(table["episode_index"]))
     eps = {c: table[c].to_numpy() for c in cols if c != "tasks"}
     eps["tasks"] = np.empty(table.num_rows, dtype=object)  # 1-D array of lists of strings
@@ -244,56 +206,12 @@ def _load_v30(root: Path, info: dict) -> LeRobotMeta:
     return LeRobotMeta(root, info, tasks, eps, load_stats_json(root))
 
 
-def _load_v21(root: Path, info: dict) -> LeRobotMeta:
-    from raytrain_vla.data.lerobot_v21 import load_v21  # it imports this module: keep it lazy
-
-    return load_v21(root, info)
-
-
-def load_stats_json(root: Path) -> dict[str, dict[str, np.ndarray]]:
-    """meta/stats.json as arrays, or {} when the dataset has none."""
-    stats_path = root / "meta" / "stats.json"
-    if not stats_path.exists():
-        return {}
-    raw = _read_json(stats_path, "feature statistics")
-    return {f: {s: np.asarray(v) for s, v in d.items()} for f, d in raw.items()}
-
-
-def check_episodes(where: Path, info: dict, eps: dict[str, np.ndarray]) -> None:
-    """Episodes 0..E-1, contiguous frame ranges matching their lengths and info.json totals."""
-    idx, length = eps["episode_index"], eps["length"]
-    if not len(idx):
-        raise DatasetError(f"{where}: no episodes")
-    lo, hi = eps["dataset_from_index"], eps["dataset_to_index"]
-    if not np.array_equal(idx, np.arange(len(idx))):
-        raise DatasetError(f"{where}: episode_index is not 0..{len(idx) - 1} without gaps")
-    for e in np.flatnonzero(hi - lo != length):
-        raise DatasetError(
-            f"{where}: episode {e} has length {length[e]} but dataset_from_index={lo[e]}, "
-            f"dataset_to_index={hi[e]}"
-        )
-    starts = np.concatenate([[0], hi[:-1]])
-    for e in np.flatnonzero(lo != starts):
-        raise DatasetError(f"{where}: episode {e} starts at frame {lo[e]}, expected {starts[e]}")
-    if len(idx) != int(info["total_episodes"]):
-        raise DatasetError(
-            f"{where}: {len(idx)} episodes but info.json says {info['total_episodes']}"
-        )
-    if int(hi[-1]) != int(info["total_frames"]):
-        raise DatasetError(
-            f"{where}: episodes cover {hi[-1]} frames but info.json says {info['total_frames']}"
-        )
-
-
-_LOADERS = {"v2.1": _load_v21, "v3.0": _load_v30}
-
-
 def read_frames_table(meta: LeRobotMeta, columns: Sequence[str]) -> pa.Table:
     """All frames' `columns` (plus `index`, `episode_index`) in global index order, checked."""
     cols = list(dict.fromkeys(["index", "episode_index", *columns]))
     parts, expect = [], 0
     for path, eps in meta.data_files().items():
-        table = _read_parquet(path, cols, describe_episodes(eps))
+        table = read_parquet(path, cols, describe_episodes(eps))
         problems = frame_problems(path, table, meta.features, eps, meta.episode_length, expect)
         if problems:
             raise DatasetError(problems[0])
@@ -316,11 +234,15 @@ def column_to_numpy(table: pa.Table, name: str) -> np.ndarray:
     return col.to_numpy(zero_copy_only=False)
 
 
-def open_dataset(root: str | Path, delta_timestamps: dict[str, list[float]] | None = None, **kw):
-    """LeRobot-compatible map-style view (`LeRobotDataset(root, delta_timestamps)[i]`).
-
-    Defined in `random_access`, which imports this module, hence the import at call time.
-    """
-    from raytrain_vla.data.random_access import open_dataset as _open
-
-    return _open(root, delta_timestamps, **kw)
+def dataset_fingerprint(meta: LeRobotMeta) -> str:
+    """Content hash of `meta/` plus the size of every data and video file."""
+    h = hashlib.sha256()
+    for path in sorted((meta.root / "meta").rglob("*")):
+        if path.is_file():
+            h.update(str(path.relative_to(meta.root)).encode())
+            h.update(path.read_bytes())
+    for sub in ("data", "videos"):
+        for path in sorted((meta.root / sub).rglob("*")):
+            if path.is_file():
+                h.update(f"{path.relative_to(meta.root)}:{path.stat().st_size}".encode())
+    return h.hexdigest()[:16]

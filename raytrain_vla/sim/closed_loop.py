@@ -14,11 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from raytrain_vla.data import sim
-from raytrain_vla.data.demo import IMAGE_KEY
+from raytrain_vla.sim import simulator as sim
+from raytrain_vla.sim.simulator import DEMO_ROBOT_TYPE, IMAGE_KEY
 
 Controller = Callable[[dict], np.ndarray]
-DEMO_ROBOT_TYPE = "sim_reach"  # `robot_type` in the demo dataset's meta/info.json
 
 
 @dataclass
@@ -102,13 +101,21 @@ def run_episodes(
     )  # fmt: skip
 
 
+def render_size(policy) -> int:
+    """The camera resolution the policy was trained from: the simulator renders at it and the
+    policy's processor resizes, as for the demo dataset's frames."""
+    return int(policy.camera_shapes[IMAGE_KEY][1])
+
+
 def evaluate(
-    policy, episodes: int, seed: int = 0, image_size: int = 32, record: int = 0
+    policy, episodes: int, seed: int = 0, image_size: int | None = None, record: int = 0
 ) -> list[EvalResult]:
     """The policy, the random baseline and the instruction-blind policy on the same scenes;
-    the policy's first `record` episodes keep their frames."""
+    the policy's first `record` episodes keep their frames. `image_size` defaults to the
+    policy's `render_size`."""
+    image_size = image_size or render_size(policy)
     rng = np.random.default_rng(seed)
-    action_dim = policy.kwargs["action_dim"]
+    action_dim = policy.action_dim
 
     def random_action(_obs: dict) -> np.ndarray:
         return rng.uniform(-sim.MAX_STEP, sim.MAX_STEP, size=action_dim)

@@ -26,6 +26,8 @@ GAIN = 0.3  # the expert's proportional gain
 SUCCESS_TOL = 0.03
 MAX_EPISODE_STEPS = 40
 FPS = 10
+IMAGE_KEY = "observation.image"  # the camera's feature name in the demo dataset and policies
+DEMO_ROBOT_TYPE = "sim_reach"  # `robot_type` in the demo dataset's meta/info.json
 
 
 @dataclass

@@ -19,9 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from raytrain_vla.data.images import ImageRows
-from raytrain_vla.data.lerobot import DatasetError, LeRobotMeta, read_frames_table
-from raytrain_vla.data.video import VideoDecodeError, decode_frames
+from raytrain_vla.data.formats.images import ImageRows
+from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta, read_frames_table
+from raytrain_vla.data.formats.video import VideoDecodeError, decode_frames
 
 DEFAULT_TOLERANCE_S = 1e-4  # LeRobot's default: a frame must be this close to its timestamp
 

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from raytrain_vla.data.lerobot import (
+from raytrain_vla.data.formats.lerobot_common import (
     DatasetError,
-    LeRobotMeta,
     check_episodes,
     check_features,
     load_stats_json,
@@ -43,8 +42,12 @@ def _read_jsonl(path: Path, what: str) -> list[dict]:
     return rows
 
 
-def load_v21(root: Path, info: dict) -> LeRobotMeta:
-    """v2.1: jsonl metadata, one parquet and one mp4 per episode, chunked by `chunks_size`."""
+def load_v21(
+    root: Path, info: dict
+) -> tuple[list[str], dict[str, np.ndarray], dict[str, dict[str, np.ndarray]]]:
+    """v2.1: jsonl metadata, one parquet and one mp4 per episode, chunked by `chunks_size`.
+
+    Returns what `LeRobotMeta` holds besides root and info: tasks, episode columns, stats."""
     videos = check_features(root, info)
     tasks_path = root / "meta" / "tasks.jsonl"
     rows = _read_jsonl(tasks_path, "'task_index' and 'task'")
@@ -86,7 +89,7 @@ def load_v21(root: Path, info: dict) -> LeRobotMeta:
     stats = load_stats_json(root) or aggregate_episodes_stats(
         root / "meta" / "episodes_stats.jsonl"
     )
-    return LeRobotMeta(root, info, tasks, eps, stats)
+    return tasks, eps, stats
 
 
 def aggregate_episodes_stats(path: Path) -> dict[str, dict[str, np.ndarray]]:

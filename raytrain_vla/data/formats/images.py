@@ -17,8 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from raytrain_vla.data.frame_checks import describe_episodes
-from raytrain_vla.data.lerobot import DatasetError, LeRobotMeta
+from raytrain_vla.data.formats.frame_checks import describe_episodes
+from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta
 
 _MAGIC = ((b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "mjpeg"))
 

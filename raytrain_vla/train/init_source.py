@@ -18,9 +18,8 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
-from raytrain_vla.models.registry import build_model
-
-WEIGHTS = "model.safetensors"
+from raytrain_vla.models.base import ModelFamily
+from raytrain_vla.policy.format import WEIGHTS
 
 
 def weights_file(path: str | Path) -> Path:
@@ -67,13 +66,13 @@ def load_pretrained(model: nn.Module, path: str | Path, allow: list[str]) -> lis
 
 
 def build_init_source(
-    model_type: str, kwargs: dict, seed: int, init_from: str = "", init_allow: list[str] = ()
+    family: ModelFamily, config, seed: int, init_from: str = "", init_allow: list[str] = ()
 ) -> nn.Module:
     """Deterministic in (seed, init_from) and independent of the world size; leaves the global
     RNG untouched, so building it on one rank only keeps every rank's RNG stream the same."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = build_model(model_type, kwargs)
+        model = family.build(config)
     if init_from:
         load_pretrained(model, init_from, list(init_allow))
     return model

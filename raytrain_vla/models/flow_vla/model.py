@@ -8,17 +8,15 @@ prefix, trained with flow matching (x_t = t*noise + (1-t)*a, target noise - a).
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from raytrain_vla.models.layers import (
+from raytrain_vla.models.base import ACTION_EXPERT, BACKBONE, VISION, VLAModel
+from raytrain_vla.models.flow_vla.config import FlowVLAConfig
+from raytrain_vla.models.flow_vla.layers import (
     MLP,
     FiLMConvStem,
     TransformerBlock,
@@ -28,70 +26,7 @@ from raytrain_vla.models.layers import (
     masked_mean,
     sinusoidal_embedding,
 )
-from raytrain_vla.models.registry import register_model
-from raytrain_vla.models.tokenizer import VOCAB_SIZE
-
-# Dims each size fills. tiny: CPU tests/demo (<1M); small: CPU overhead benchmark; base: GPUs.
-SIZE_PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": dict(d_model=64, num_heads=2, backbone_layers=2, expert_d_model=64,
-                 expert_heads=2, expert_layers=2, vision_channels=(32, 32, 32),
-                 vision_strides=(2, 2, 2), film_dim=64),
-    "small": dict(d_model=384, num_heads=6, backbone_layers=8, expert_d_model=384,
-                  expert_heads=6, expert_layers=6, vision_channels=(64, 128, 256),
-                  vision_strides=(2, 2, 2), film_dim=256),
-    "base": dict(d_model=2048, num_heads=16, backbone_layers=16, expert_d_model=1024,
-                 expert_heads=16, expert_layers=12, vision_channels=(128, 256, 512, 768),
-                 vision_strides=(2, 2, 2, 2), film_dim=1024),
-}  # fmt: skip
-
-
-@dataclass
-class FlowVLAConfig:
-    camera_keys: list[str] = field(default_factory=lambda: ["observation.image"])
-    image_size: tuple[int, int] = (32, 32)
-    state_dim: int = 2
-    action_dim: int = 2
-    chunk_size: int = 8
-    size: str = "tiny"
-    d_model: int = 64
-    num_heads: int = 2
-    backbone_layers: int = 2
-    expert_d_model: int = 64
-    expert_heads: int = 2
-    expert_layers: int = 2
-    mlp_ratio: float = 4.0
-    vision_channels: tuple[int, ...] = (32, 32, 32)
-    vision_strides: tuple[int, ...] = (2, 2, 2)
-    film_dim: int = 64
-    max_text_len: int = 48
-    num_inference_steps: int = 10
-
-    @classmethod
-    def from_size(cls, size: str, **kwargs: Any) -> FlowVLAConfig:
-        """Preset dims for ``size``; kwargs give the data shapes (and may override any dim)."""
-        if size not in SIZE_PRESETS:
-            raise ValueError(f"unknown flow_vla size {size!r}; known: {sorted(SIZE_PRESETS)}")
-        return cls.from_dict({**SIZE_PRESETS[size], **kwargs, "size": size})
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict (tuples become lists), as written to an export's config.json."""
-        return {
-            k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> FlowVLAConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ValueError(f"unknown FlowVLAConfig keys {unknown}; valid keys: {sorted(names)}")
-        d = dict(d)
-        for key in ("image_size", "vision_channels", "vision_strides"):
-            if key in d:
-                d[key] = tuple(int(v) for v in d[key])
-        if "camera_keys" in d:
-            d["camera_keys"] = list(d["camera_keys"])
-        return cls(**d)
+from raytrain_vla.models.flow_vla.tokenizer import VOCAB_SIZE
 
 
 class FiLMVision(nn.Module):
@@ -215,8 +150,14 @@ class ActionExpert(nn.Module):
         return self.action_out(self.norm(x))
 
 
-class FlowVLA(nn.Module):
+class FlowVLA(VLAModel):
     """Children ``vision``, ``backbone`` and ``action_expert`` partition all parameters."""
+
+    ROLE_PREFIXES: ClassVar[dict[str, tuple[str, ...]]] = {
+        VISION: ("vision.",),
+        BACKBONE: ("backbone.",),
+        ACTION_EXPERT: ("action_expert.",),
+    }
 
     def __init__(self, config: FlowVLAConfig):
         super().__init__()
@@ -233,9 +174,17 @@ class FlowVLA(nn.Module):
             self.backbone.init_weights()
             self.action_expert.init_weights()
 
-    def transformer_blocks(self) -> list[nn.Module]:
-        """Per-block FSDP / activation-checkpointing units, backbone first."""
+    def activation_checkpoint_units(self) -> list[nn.Module]:
+        """The transformer blocks, backbone first."""
         return [*self.backbone.blocks, *self.action_expert.blocks]
+
+    def fsdp_units(self) -> list[nn.Module]:
+        """Each transformer block, then all cameras' vision tower as one unit."""
+        return [*self.activation_checkpoint_units(), self.vision]
+
+    @property
+    def noise_shape(self) -> tuple[int, int]:
+        return self.config.chunk_size, self.config.action_dim
 
     def embed_prefix(self, obs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         tokens, mask = obs["text_tokens"], obs["text_mask"]
@@ -275,20 +224,11 @@ class FlowVLA(nn.Module):
         err = (v.float() - (noise - actions)).square().mean(-1)
         return masked_mean(err, ~batch["action_is_pad"], dim=1)
 
-    def compute_loss(
-        self, batch: dict[str, Any], noise: torch.Tensor, time: torch.Tensor
-    ) -> torch.Tensor:
-        """openpi-style name for ``forward``; goes through ``__call__`` so FSDP2 hooks fire."""
-        return self(batch, noise, time)
-
     @torch.no_grad()
     def sample_actions(
         self, obs: dict[str, Any], noise: torch.Tensor, num_steps: int | None = None
     ) -> torch.Tensor:
-        """Euler-integrate the velocity from t=1 (noise) to t=0, the prefix computed once.
-
-        Under FSDP2 register this with ``register_fsdp_forward_method(model, "sample_actions")``.
-        """
+        """Euler-integrate the velocity from t=1 (noise) to t=0, the prefix computed once."""
         steps = num_steps or self.config.num_inference_steps
         prefix, prefix_mask = self.embed_prefix(obs)
         dtype = self.compute_dtype()
@@ -299,24 +239,6 @@ class FlowVLA(nn.Module):
         return x
 
 
-def flow_noise_and_time(
-    seed: int, step: int, sample_ids: Sequence[int], chunk: int, action_dim: int,
-    beta: tuple[float, float] = (1.5, 1.0),
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """Per-sample flow noise (B, chunk, A) and time (B,), keyed to (seed, step, sample id).
-
-    Keyed to the sample, not the rank, so any world size draws identical noise for a sample.
-    t ~ Beta(1.5, 1) mapped to [0.001, 1] as in pi0 (more weight on noisy times).
-    """
-    noise = np.empty((len(sample_ids), chunk, action_dim), dtype=np.float32)
-    time = np.empty(len(sample_ids), dtype=np.float32)
-    for i, sid in enumerate(sample_ids):
-        rng = np.random.default_rng([int(seed), int(step), int(sid)])
-        noise[i] = rng.standard_normal((chunk, action_dim), dtype=np.float32)
-        time[i] = rng.beta(*beta) * 0.999 + 0.001
-    return torch.from_numpy(noise), torch.from_numpy(time)
-
-
 def count_parameters(model: nn.Module) -> dict[str, int]:
     """Parameters per top-level group and in total (works on meta-device models)."""
     counts = {
@@ -324,17 +246,3 @@ def count_parameters(model: nn.Module) -> dict[str, int]:
     }
     counts["total"] = sum(p.numel() for p in model.parameters())
     return counts
-
-
-@register_model("flow_vla")
-def build_flow_vla(
-    size: str = "tiny", camera_keys: Sequence[str] = ("observation.image",),
-    image_size: Sequence[int] = (32, 32), state_dim: int = 2, action_dim: int = 2,
-    chunk_size: int = 8, max_text_len: int = 48, num_inference_steps: int = 10, **overrides: Any,
-) -> FlowVLA:  # fmt: skip
-    cfg = FlowVLAConfig.from_size(
-        size, camera_keys=list(camera_keys), image_size=tuple(image_size), state_dim=state_dim,
-        action_dim=action_dim, chunk_size=chunk_size, max_text_len=max_text_len,
-        num_inference_steps=num_inference_steps, **overrides,
-    )  # fmt: skip
-    return FlowVLA(cfg)

@@ -7,7 +7,7 @@ Layout of a shards directory OUT (see docs/shards.md):
                                      sample count, source fingerprint, shard list with id ranges
     OUT/shards/shard-00000.parquet   one row per sample, sorted by sample_id (= LeRobot `index`):
         sample_id, episode_index, frame_index, timestamp, task_index, state [S], actions
-        [chunk][A], action_is_pad [chunk], task_tokens [max_text_len] int16, image/<key>
+        [chunk][A], action_is_pad [chunk], image/<key>
 
 Every frame of every episode is a sample (train and val alike), so the plan, split and
 normaliser code see the same ids as on the LeRobot source. Images are raw CHW uint8
@@ -31,12 +31,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from raytrain_vla.data.atomic import atomic_directory, refuse_non_empty
-from raytrain_vla.data.lerobot import DatasetError, LeRobotMeta, column_to_numpy, read_frames_table
-from raytrain_vla.data.source import LeRobotSource, dataset_fingerprint
+from raytrain_vla.data.formats.atomic import atomic_directory, refuse_non_empty
+from raytrain_vla.data.formats.lerobot import (
+    DatasetError,
+    LeRobotMeta,
+    column_to_numpy,
+    dataset_fingerprint,
+    read_frames_table,
+)
+from raytrain_vla.data.formats.lerobot_source import LeRobotSource
 
 MANIFEST = "shards.json"
-FORMAT_VERSION = 1
+# 2 dropped version 1's `task_tokens` column (the model's processor tokenizes at read time);
+# readers take both, as they never read that column.
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 IMAGE_FORMATS = ("raw", "png")
 ROW_GROUP_SIZE = 256  # rows decoded together on read: small, so a read touches little extra
 _MANIFEST_KEYS = ("chunk_size", "image_format", "cameras", "state_dim", "action_dim")
@@ -86,11 +95,10 @@ def decode_png(data: list[bytes], shape: tuple[int, int, int], where: str) -> np
 _SCALARS = {"sample_id": np.int64, "episode_index": np.int64, "frame_index": np.int64}
 _SCALARS |= {"timestamp": np.float32, "task_index": np.int64}
 _LISTS = {"state": np.float32, "actions": np.float32, "action_is_pad": bool}
-_LISTS |= {"task_tokens": np.int16}
 
 
 def sample_table(cols: dict[str, np.ndarray], cameras: list[str], image_format: str) -> pa.Table:
-    """One parquet table from shard columns (LeRobotSource.read + episode/frame/time/tokens)."""
+    """One parquet table from shard columns (LeRobotSource.read + episode/frame/time)."""
     arrays = {k: pa.array(cols[k].astype(t)) for k, t in _SCALARS.items()}
     arrays |= {k: _fixed_list(cols[k].astype(t), *cols[k].shape[1:]) for k, t in _LISTS.items()}
     for key in cameras:
@@ -139,22 +147,19 @@ def write_shard(
 
 
 def shard_batches(
-    meta: LeRobotMeta, chunk_size: int, max_text_len: int, rows: int
+    meta: LeRobotMeta, chunk_size: int, rows: int
 ) -> tuple[list[str], Callable[[int, int], Iterator[dict[str, np.ndarray]]]]:
     """Camera keys and `batches(start, stop)`: shard columns, `rows` samples at a time."""
-    from raytrain_vla.models.tokenizer import tokenize
-
     source = LeRobotSource(meta, chunk_size)
     frames = read_frames_table(meta, ["frame_index", "timestamp"])
     frame_index, timestamp = (column_to_numpy(frames, k) for k in ("frame_index", "timestamp"))
-    tokens = tokenize(meta.tasks, max_text_len)[0].numpy().astype(np.int16)
 
     def batches(start: int, stop: int) -> Iterator[dict[str, np.ndarray]]:
         for lo in range(start, stop, rows):
             ids = np.arange(lo, min(lo + rows, stop), dtype=np.int64)
             cols = source.read(ids)
             cols |= {"episode_index": source.episode_of[ids], "frame_index": frame_index[ids]}
-            cols |= {"timestamp": timestamp[ids], "task_tokens": tokens[cols["task_index"]]}
+            cols |= {"timestamp": timestamp[ids]}
             yield cols
 
     return source.camera_keys, batches
@@ -165,14 +170,13 @@ def build_manifest(
     camera_keys: list[str],
     chunk_size: int,
     image_format: str,
-    max_text_len: int,
     shards: list[dict],
     row_group_size: int = ROW_GROUP_SIZE,
 ) -> dict:
     """The shards.json content; checks that the shards cover every sample exactly once."""
     _check_cover(shards, meta.total_frames, "shards")
     m = {"format": "raytrain_vla.shards", "version": FORMAT_VERSION, "chunk_size": chunk_size}
-    m |= {"image_format": image_format, "max_text_len": max_text_len}
+    m |= {"image_format": image_format}
     m["cameras"] = {k: list(meta.camera_shape(k)) for k in camera_keys}
     m |= {"state_dim": meta.state_dim, "action_dim": meta.action_dim}
     m |= {"num_samples": meta.total_frames, "num_episodes": meta.num_episodes}
@@ -213,7 +217,6 @@ def convert_to_shards(
     chunk_size: int = 8,
     image_format: str = "raw",
     samples_per_shard: int = 4096,
-    max_text_len: int = 48,
     use_ray: bool = True,
     row_group_size: int = ROW_GROUP_SIZE,
 ) -> dict:
@@ -225,13 +228,13 @@ def convert_to_shards(
     root, out = Path(root).expanduser(), Path(out).expanduser()
     if image_format not in IMAGE_FORMATS:
         raise DatasetError(f"image format {image_format!r} is not one of {IMAGE_FORMATS}")
-    if min(chunk_size, samples_per_shard, max_text_len, row_group_size) < 1:
-        raise DatasetError("chunk_size, samples_per_shard, max_text_len, row groups must be >= 1")
+    if min(chunk_size, samples_per_shard, row_group_size) < 1:
+        raise DatasetError("chunk_size, samples_per_shard and row groups must be >= 1")
     if (root / MANIFEST).exists():
         raise DatasetError(f"{root}: already a shards directory; convert from the LeRobot dataset")
     refuse_non_empty(out)
     meta = LeRobotMeta.load(root)
-    cameras, batches = shard_batches(meta, chunk_size, max_text_len, row_group_size)
+    cameras, batches = shard_batches(meta, chunk_size, row_group_size)
     n = meta.total_frames
     ranges = [
         (i, a, min(a + samples_per_shard, n)) for i, a in enumerate(range(0, n, samples_per_shard))
@@ -249,8 +252,7 @@ def convert_to_shards(
         else:
             entries = [write_range(*r) for r in ranges]
         entries.sort(key=lambda e: e["first_sample_id"])
-        args = (image_format, max_text_len, entries, row_group_size)
-        manifest = build_manifest(meta, cameras, chunk_size, *args)
+        manifest = build_manifest(meta, cameras, chunk_size, image_format, entries, row_group_size)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
 
@@ -275,9 +277,11 @@ def load_manifest(root: Path) -> dict:
         raise DatasetError(f"{path}: missing; not a shards directory") from None
     except (OSError, ValueError) as e:
         raise DatasetError(f"{path}: unreadable manifest ({e})") from e
-    if not isinstance(manifest, dict) or manifest.get("version") != FORMAT_VERSION:
+    if not isinstance(manifest, dict) or manifest.get("version") not in READABLE_VERSIONS:
         got = manifest.get("version") if isinstance(manifest, dict) else None
-        raise DatasetError(f"{path}: shards format version {got!r}, expected {FORMAT_VERSION}")
+        raise DatasetError(
+            f"{path}: shards format version {got!r}, expected one of {READABLE_VERSIONS}"
+        )
     missing = [k for k in _MANIFEST_KEYS if k not in manifest]
     if missing:
         raise DatasetError(f"{path}: missing key(s) {missing}")

@@ -1,0 +1,104 @@
+"""A dataset as the trainer sees it: train/val split, sample plan, normaliser, fingerprint, and
+the sample source (LeRobot files or precomputed shards) that Ray Data read tasks carry.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from raytrain_vla.config.schema import DataConfig
+from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta, dataset_fingerprint
+from raytrain_vla.data.formats.lerobot_source import ACTION, LeRobotSource
+from raytrain_vla.data.formats.shards import MANIFEST, ShardSource
+from raytrain_vla.data.normalize import Normalizer
+from raytrain_vla.data.plan import SamplePlan
+from raytrain_vla.data.spec import DataSpec
+
+
+def root_fingerprint(root: str | Path) -> str:
+    """The fingerprint a run records for `data.root`; shards report their source dataset's."""
+    root = Path(root)
+    manifest = root / MANIFEST
+    if manifest.is_file():
+        return str(json.loads(manifest.read_text())["source_fingerprint"])
+    return dataset_fingerprint(LeRobotMeta.load(root))
+
+
+def split_episodes(num_episodes: int, val_fraction: float, val_episodes: list[int]) -> np.ndarray:
+    """Held-out episode ids: the explicit list, else a fixed seeded choice of the fraction."""
+    if val_episodes:
+        bad = [e for e in val_episodes if not 0 <= e < num_episodes]
+        if bad:
+            raise DatasetError(
+                f"data.val_episodes {bad} are not episodes of this dataset (0..{num_episodes - 1})"
+            )
+        return np.unique(np.asarray(val_episodes, dtype=np.int64))
+    n_val = int(round(num_episodes * val_fraction))
+    if val_fraction > 0:
+        n_val = min(max(n_val, 1), num_episodes - 1)
+    # Seeded by the dataset size only, so the held-out set does not move with the training seed.
+    return np.sort(np.random.default_rng([0x5E1, num_episodes]).permutation(num_episodes)[:n_val])
+
+
+@dataclass
+class DatasetView:
+    meta: LeRobotMeta
+    source: LeRobotSource | ShardSource
+    plan: SamplePlan
+    val_ids: np.ndarray
+    normalizer: Normalizer
+    fingerprint: str
+    spec: DataSpec
+
+    @classmethod
+    def open(cls, cfg: DataConfig, seed: int, global_batch_size: int) -> DatasetView:
+        root = Path(cfg.root).expanduser()
+        meta = LeRobotMeta.load(root)
+        if (root / MANIFEST).is_file():  # precomputed shards (formats/shards.py), same samples
+            source: LeRobotSource | ShardSource = ShardSource(root, cfg.chunk_size)
+        else:
+            source = LeRobotSource(meta, cfg.chunk_size)
+        val_eps = split_episodes(meta.num_episodes, cfg.val_fraction, cfg.val_episodes)
+        is_val = np.isin(source.episode_of, val_eps)
+        train_ids = np.flatnonzero(~is_val)
+        plan = SamplePlan(
+            train_ids,
+            source.episode_of[train_ids],
+            seed,
+            global_batch_size,
+            cfg.span_len,
+            cfg.shuffle_window,
+        )
+        val_ids = np.flatnonzero(is_val)
+        if len(val_ids) > cfg.val_max_samples:
+            val_ids = val_ids[
+                np.linspace(0, len(val_ids) - 1, cfg.val_max_samples).astype(np.int64)
+            ]
+        normalizer = Normalizer.from_stats(
+            meta.stats,
+            cfg.normalization,
+            cfg.normalization_per_feature,
+            source=str(meta.root / "meta" / "stats.json"),
+        )
+        # Shards carry their source's fingerprint: same samples, so a run may switch formats.
+        fingerprint = getattr(source, "fingerprint", None) or dataset_fingerprint(meta)
+        spec = DataSpec(
+            camera_shapes={k: meta.camera_shape(k) for k in source.camera_keys},
+            state_dim=meta.state_dim,
+            action_dim=meta.action_dim,
+            chunk_size=cfg.chunk_size,
+            image_size=tuple(cfg.image_size) if cfg.image_size else None,
+        )
+        return cls(meta, source, plan, val_ids, normalizer, fingerprint, spec)
+
+    @property
+    def tasks(self) -> list[str]:
+        return list(self.meta.tasks)
+
+    @property
+    def mean_action(self) -> np.ndarray:
+        return np.asarray(self.meta.stats[ACTION]["mean"], dtype=np.float32)

@@ -1,0 +1,160 @@
+"""The model-family contract: all that the trainer, export, the policy and evaluation know of a model.
+
+A family (`ModelFamily`) brings three things:
+
+* **a typed, frozen config** (`config_type`): its options (the config tree's `model.<name>`
+  section) resolved against the dataset's `DataSpec`. A policy's `config.json` stores it.
+* **a model** (`VLAModel`): the flow-matching loss and sampler, the modules FSDP shards, and the
+  role of every parameter (LR groups and freezing name roles, never parameter prefixes).
+* **an input processor** (`InputProcessor`): dataset columns or one observation in, model inputs
+  out, and model actions back to the robot's units. Ray Data read tasks and
+  `Policy.predict_action` call the same object, so inference cannot drift from training.
+
+Flow noise and time come from the trainer's keyed generator (`train/noise.py`), shaped by
+`VLAModel.noise_shape`, so the determinism contract holds for every family. The root module is
+sharded last and its inputs are never cast: a model keeps what must stay fp32 (flow time, noise,
+the Euler state) in fp32 and casts what its layers consume.
+
+`models/registry.py` maps `model.type` to a family; nothing outside `models/` names a family's
+modules or parameters.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+import torch
+from torch import nn
+
+from raytrain_vla.data.normalize import Normalizer
+from raytrain_vla.data.spec import DataSpec
+
+# Runs on the uint8 (N, C, H, W) camera images inside `encode`: the data pipeline's keyed
+# augmentation. The family decides at which resolution it applies.
+ImageHook = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+
+# Role names families share, so that default LR groups and options mean the same everywhere.
+VISION, LANGUAGE, BACKBONE, ACTION_EXPERT, ADAPTER = (
+    "vision", "language", "backbone", "action_expert", "adapter"
+)  # fmt: skip
+
+
+class FamilyConfig(Protocol):
+    """A frozen dataclass that round-trips through JSON (a policy's `config.json`)."""
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FamilyConfig: ...
+
+
+class InputProcessor(ABC):
+    """Model inputs from dataset columns; the same object in read tasks and at inference.
+
+    `encode` columns in: `image/<camera>` uint8 (N, C, H, W) as decoded, `state` (N, S) in the
+    robot's units, `task` (N,) instruction strings; for training also `sample_id` (N,),
+    `actions` (N, chunk, A) in the robot's units and `action_is_pad` (N, chunk).
+    """
+
+    camera_keys: list[str]
+    state_dim: int
+    action_dim: int  # the robot's, as `decode_actions` returns it
+
+    @abstractmethod
+    def encode(
+        self, cols: dict[str, np.ndarray], augment: ImageHook | None = None
+    ) -> dict[str, np.ndarray]:
+        """Per-sample CPU work (resize, tokenize, normalise): numpy columns in and out, so Ray
+        Data can ship them. Keeps `sample_id`, `actions` and `action_is_pad` (model space)."""
+
+    @abstractmethod
+    def collate(self, cols: dict[str, np.ndarray], device: torch.device | str) -> dict[str, Any]:
+        """A micro-batch of encoded columns -> the model's batch on `device`. The trainer reads
+        `sample_ids`, `actions` and `action_is_pad` from it; the rest is the family's."""
+
+    @abstractmethod
+    def decode_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """Model-space actions (B, chunk, A_model) -> the robot's units (B, chunk, action_dim)."""
+
+
+class VLAModel(nn.Module, ABC):
+    """A policy trained by flow matching; `forward` is the per-sample loss."""
+
+    # Role -> parameter-name prefixes. Every parameter has exactly one role.
+    ROLE_PREFIXES: ClassVar[dict[str, tuple[str, ...]]] = {}
+
+    @abstractmethod
+    def forward(
+        self, batch: dict[str, Any], noise: torch.Tensor, time: torch.Tensor
+    ) -> torch.Tensor:
+        """Per-sample flow-matching loss (B,) over valid chunk positions."""
+
+    def compute_loss(
+        self, batch: dict[str, Any], noise: torch.Tensor, time: torch.Tensor
+    ) -> torch.Tensor:
+        """openpi's name for the loss; goes through `__call__` so FSDP2's hooks fire."""
+        return self(batch, noise, time)
+
+    @abstractmethod
+    def sample_actions(self, batch: dict[str, Any], noise: torch.Tensor) -> torch.Tensor:
+        """Model-space actions (B, *noise_shape) integrated from `noise`.
+
+        The trainer registers it with FSDP2 (`register_fsdp_forward_method`)."""
+
+    @property
+    @abstractmethod
+    def noise_shape(self) -> tuple[int, int]:
+        """(chunk, action dim in model space) of one sample's flow noise."""
+
+    @abstractmethod
+    def fsdp_units(self) -> list[nn.Module]:
+        """The modules to `fully_shard`, in forward order: the repeated blocks and any other
+        large submodule. The trainer shards the root last."""
+
+    def activation_checkpoint_units(self) -> list[nn.Module]:
+        """Modules whose forward activation checkpointing wraps (the repeated blocks)."""
+        return self.fsdp_units()
+
+    @classmethod
+    def role_of(cls, param_name: str) -> str:
+        for role, prefixes in cls.ROLE_PREFIXES.items():
+            if param_name.startswith(prefixes):
+                return role
+        raise ValueError(
+            f"{cls.__name__}: parameter {param_name!r} has no role; ROLE_PREFIXES must cover "
+            "every parameter"
+        )
+
+
+class ModelFamily(ABC):
+    """One VLA family: its config, its model and its processor (see the module docstring)."""
+
+    name: ClassVar[str]
+    config_type: ClassVar[type[FamilyConfig]]
+    model_type: ClassVar[type[VLAModel]]
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return tuple(self.model_type.ROLE_PREFIXES)
+
+    @abstractmethod
+    def resolve_config(self, options: Any, spec: DataSpec) -> FamilyConfig:
+        """The typed model config from the family's options (`model.<name>`) and the data."""
+
+    def build(self, config: FamilyConfig) -> VLAModel:
+        """A freshly initialised model (random under the caller's RNG); works on `meta`."""
+        return self.model_type(config)
+
+    @abstractmethod
+    def processor(self, config: FamilyConfig, normalizer: Normalizer) -> InputProcessor: ...
+
+    def config_from_dict(self, data: dict[str, Any]) -> FamilyConfig:
+        """Inverse of the config's `to_dict` (a policy's `config.json`)."""
+        return self.config_type.from_dict(data)
+
+    def config_from_legacy(self, builder_kwargs: dict[str, Any]) -> FamilyConfig:
+        """The config of a policy written before typed configs (format 1: builder kwargs)."""
+        raise ValueError(f"model type {self.name!r} has no format-1 policies to read")

@@ -1,0 +1,87 @@
+"""flow_vla's typed config: the `model.flow_vla` options resolved against the dataset's shapes.
+
+Frozen, and what an exported policy's `config.json` stores (`to_dict`), so the model is rebuilt
+from it alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from raytrain_vla.config.schema import FlowVLAOptions
+from raytrain_vla.data.spec import DataSpec
+
+# Dims each size fills. tiny: CPU tests/demo (<1M); small: CPU overhead benchmark; base: GPUs.
+SIZE_PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": dict(d_model=64, num_heads=2, backbone_layers=2, expert_d_model=64,
+                 expert_heads=2, expert_layers=2, vision_channels=(32, 32, 32),
+                 vision_strides=(2, 2, 2), film_dim=64),
+    "small": dict(d_model=384, num_heads=6, backbone_layers=8, expert_d_model=384,
+                  expert_heads=6, expert_layers=6, vision_channels=(64, 128, 256),
+                  vision_strides=(2, 2, 2), film_dim=256),
+    "base": dict(d_model=2048, num_heads=16, backbone_layers=16, expert_d_model=1024,
+                 expert_heads=16, expert_layers=12, vision_channels=(128, 256, 512, 768),
+                 vision_strides=(2, 2, 2, 2), film_dim=1024),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FlowVLAConfig:
+    camera_keys: tuple[str, ...] = ("observation.image",)
+    image_size: tuple[int, int] = (32, 32)
+    state_dim: int = 2
+    action_dim: int = 2
+    chunk_size: int = 8
+    size: str = "tiny"
+    d_model: int = 64
+    num_heads: int = 2
+    backbone_layers: int = 2
+    expert_d_model: int = 64
+    expert_heads: int = 2
+    expert_layers: int = 2
+    mlp_ratio: float = 4.0
+    vision_channels: tuple[int, ...] = (32, 32, 32)
+    vision_strides: tuple[int, ...] = (2, 2, 2)
+    film_dim: int = 64
+    max_text_len: int = 48
+    num_inference_steps: int = 10
+
+    @classmethod
+    def from_size(cls, size: str, **kwargs: Any) -> FlowVLAConfig:
+        """Preset dims for ``size``; kwargs give the data shapes (and may override any dim)."""
+        if size not in SIZE_PRESETS:
+            raise ValueError(f"unknown flow_vla size {size!r}; known: {sorted(SIZE_PRESETS)}")
+        return cls.from_dict({**SIZE_PRESETS[size], **kwargs, "size": size})
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict (tuples become lists), as written to an export's config.json."""
+        return {
+            k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> FlowVLAConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"unknown FlowVLAConfig keys {unknown}; valid keys: {sorted(names)}")
+        d = dict(d)
+        for key in ("image_size", "vision_channels", "vision_strides"):
+            if key in d:
+                d[key] = tuple(int(v) for v in d[key])
+        if "camera_keys" in d:
+            d["camera_keys"] = tuple(d["camera_keys"])
+        return cls(**d)
+
+    @classmethod
+    def resolve(cls, options: FlowVLAOptions, spec: DataSpec) -> FlowVLAConfig:
+        """The size preset with the data's shapes. Cameras are seen at `data.image_size`, else at
+        the first camera's resolution (the processor resizes every camera to it)."""
+        image_size = spec.image_size or spec.camera_shapes[spec.camera_keys[0]][1:]
+        return cls.from_size(
+            options.size, camera_keys=tuple(spec.camera_keys), image_size=tuple(image_size),
+            state_dim=spec.state_dim, action_dim=spec.action_dim, chunk_size=spec.chunk_size,
+            max_text_len=options.max_text_len, num_inference_steps=options.num_inference_steps,
+        )  # fmt: skip

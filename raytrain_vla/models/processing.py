@@ -1,0 +1,80 @@
+"""The input processor most families share: cameras at one size, state and actions normalised.
+
+A family subclasses it for what is its own (flow_vla adds its byte tokenizer; another family
+would add its tokenizer and prompt format, or another resize).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from raytrain_vla.data.normalize import ACTION, STATE, Normalizer
+from raytrain_vla.models.base import ImageHook, InputProcessor
+from raytrain_vla.models.image_ops import resize_images
+
+
+class ImageStateProcessor(InputProcessor):
+    """uint8 cameras resized to `image_size` (then `augment`), normalised state and actions.
+
+    Images stay uint8 until `collate`, which scales them to [0, 1] floats on the device: read
+    tasks ship a quarter of the bytes.
+    """
+
+    def __init__(
+        self,
+        camera_keys: list[str],
+        image_size: tuple[int, int],
+        state_dim: int,
+        action_dim: int,
+        normalizer: Normalizer,
+    ):
+        self.camera_keys = list(camera_keys)
+        self.image_size = tuple(image_size)
+        self.state_dim = state_dim
+        self.action_dim = action_dim
+        self.normalizer = normalizer
+
+    def encode_text(self, tasks: np.ndarray) -> dict[str, np.ndarray]:
+        """Columns for the instructions; none by default (a family without language)."""
+        return {}
+
+    def encode(
+        self, cols: dict[str, np.ndarray], augment: ImageHook | None = None
+    ) -> dict[str, np.ndarray]:
+        images = resize_images({k: cols[f"image/{k}"] for k in self.camera_keys}, self.image_size)
+        if augment is not None:
+            images = augment(images)
+        out = {f"image/{k}": v for k, v in images.items()}
+        out["state"] = self.normalizer.normalize(STATE, cols["state"])
+        out.update(self.encode_text(cols["task"]))
+        if "sample_id" in cols:
+            out["sample_id"] = cols["sample_id"]
+        if "actions" in cols:
+            out["actions"] = self.normalizer.normalize(ACTION, cols["actions"])
+            out["action_is_pad"] = cols["action_is_pad"]
+        return out
+
+    def collate(self, cols: dict[str, np.ndarray], device: torch.device | str) -> dict[str, Any]:
+        def t(x: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(np.array(x)).to(device, non_blocking=True)  # writable copy
+
+        batch: dict[str, Any] = {
+            "images": {k: t(cols[f"image/{k}"]).float().div_(255.0) for k in self.camera_keys},
+            "state": t(cols["state"]),
+        }
+        reserved = {"state", "sample_id", "actions", "action_is_pad"}
+        batch.update(
+            {k: t(v) for k, v in cols.items() if k not in reserved and not k.startswith("image/")}
+        )
+        if "sample_id" in cols:
+            batch["sample_ids"] = t(cols["sample_id"]).long()
+        if "actions" in cols:
+            batch["actions"] = t(cols["actions"])
+            batch["action_is_pad"] = t(cols["action_is_pad"]).bool()
+        return batch
+
+    def decode_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        return self.normalizer.unnormalize(ACTION, actions.float())

@@ -1,0 +1,144 @@
+"""The policy format: one directory that loads without Ray, the dataset or the training world size.
+
+    model.safetensors    full weights, one tensor per parameter name
+    config.json          {"format": "raytrain_vla.policy", "version": 2, "model_type",
+                          "model_config" (the family's typed config), "data_spec", "tasks",
+                          "mean_action"}
+    normalization.json   the normaliser's per-feature affine maps
+
+Training checkpoints carry the same JSON as `policy.json`, so a checkpoint alone rebuilds its
+model. Version 1 stored the model builder's keyword arguments (`model_kwargs`); it is still read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from raytrain_vla.data.normalize import Normalizer
+from raytrain_vla.data.spec import DataSpec
+from raytrain_vla.models.base import FamilyConfig, ModelFamily
+from raytrain_vla.models.registry import get_family
+
+WEIGHTS = "model.safetensors"
+CONFIG = "config.json"
+NORMALIZATION = "normalization.json"
+CHECKPOINT_META = "policy.json"  # in a training checkpoint: the export's config.json
+FORMAT, VERSION = "raytrain_vla.policy", 2
+POLICY_FILES = (WEIGHTS, CONFIG, NORMALIZATION)
+
+
+@dataclass(frozen=True)
+class PolicyMeta:
+    """What a policy needs besides its weights and normaliser."""
+
+    model_type: str
+    model_config: FamilyConfig
+    data_spec: DataSpec
+    tasks: tuple[str, ...] = ()
+    mean_action: tuple[float, ...] = ()
+
+    @property
+    def family(self) -> ModelFamily:
+        return get_family(self.model_type)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "model_type": self.model_type,
+            "model_config": self.model_config.to_dict(),
+            "data_spec": self.data_spec.to_dict(),
+            "tasks": list(self.tasks),
+            "mean_action": [float(v) for v in self.mean_action],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str) -> PolicyMeta:
+        """`source` (the file) is named in every error."""
+        try:
+            family = get_family(str(data["model_type"]))
+            if "model_kwargs" in data:  # version 1
+                return cls._from_v1(family, data)
+            if data.get("format") != FORMAT or data.get("version") != VERSION:
+                got = (data.get("format"), data.get("version"))
+                raise ValueError(f"policy format {got}, expected {(FORMAT, VERSION)}")
+            return cls(
+                family.name,
+                family.config_from_dict(data["model_config"]),
+                DataSpec.from_dict(data["data_spec"]),
+                tuple(data["tasks"]),
+                tuple(float(v) for v in data["mean_action"]),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"{source}: not a readable policy config ({err!r})") from err
+
+    @classmethod
+    def _from_v1(cls, family: ModelFamily, data: dict[str, Any]) -> PolicyMeta:
+        kwargs = data["model_kwargs"]
+        image_size = tuple(int(s) for s in kwargs["image_size"])
+        spec = DataSpec(
+            camera_shapes={k: (3, *image_size) for k in kwargs["camera_keys"]},
+            state_dim=int(kwargs["state_dim"]),
+            action_dim=int(kwargs["action_dim"]),
+            chunk_size=int(kwargs["chunk_size"]),
+            image_size=image_size,
+        )
+        config = family.config_from_legacy(kwargs)
+        mean = tuple(float(v) for v in data.get("mean_action", []))
+        return cls(family.name, config, spec, tuple(data.get("tasks", [])), mean)
+
+
+def read_meta(path: Path) -> PolicyMeta:
+    """A policy's `config.json`, or a checkpoint's `policy.json` when `path` is that file."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path}: not a readable policy config ({err})") from err
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return PolicyMeta.from_dict(data, str(path))
+
+
+def check_policy_dir(path: Path) -> None:
+    for name in POLICY_FILES:
+        if not (Path(path) / name).is_file():
+            raise FileNotFoundError(f"{path}: not a policy directory (missing {name})")
+
+
+def write_policy(
+    out_dir: Path,
+    state_dict: dict[str, torch.Tensor],
+    meta: PolicyMeta,
+    normalizer: Normalizer,
+    dtype: torch.dtype | None = None,
+) -> Path:
+    """Write into a staging sibling, then swap it in, so a crash never leaves a half export."""
+    out_dir = Path(out_dir)
+    staging = out_dir.with_name(f".{out_dir.name}.staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    tensors = {
+        k: (v.to(dtype) if dtype and v.is_floating_point() else v).contiguous()
+        for k, v in state_dict.items()
+    }
+    save_file(tensors, str(staging / WEIGHTS))
+    (staging / CONFIG).write_text(json.dumps(meta.to_dict(), indent=2))
+    normalizer.save(staging / NORMALIZATION)
+    if out_dir.exists():
+        old = out_dir.with_name(f".{out_dir.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(out_dir, old)
+        os.replace(staging, out_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(staging, out_dir)
+    return out_dir

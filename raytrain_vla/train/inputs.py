@@ -1,0 +1,89 @@
+"""What each rank feeds its model: the training stream from the cursor on, and the held-out
+batches. Both go through the model family's processor inside the Ray Data read tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from raytrain_vla.config import Config
+from raytrain_vla.config.schema import AugmentConfig
+from raytrain_vla.data.augment import augment_enabled, augment_images
+from raytrain_vla.data.dataset import DatasetView
+from raytrain_vla.data.pipeline import iter_rank_batches
+from raytrain_vla.models.base import InputProcessor
+from raytrain_vla.train.validate import pad_to_ranks
+
+
+@dataclass
+class ReadTransform:
+    """Runs in a read task after decoding: task strings, keyed augmentation, the processor.
+
+    Picklable, so Ray Data ships it to CPU nodes; the processor is the very object the exported
+    policy uses for one observation.
+    """
+
+    processor: InputProcessor
+    tasks: np.ndarray  # task string by task_index (object array)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+    seed: int = 0
+
+    def __call__(self, cols: dict[str, np.ndarray], epochs: np.ndarray) -> dict[str, np.ndarray]:
+        cols = dict(cols)
+        cols["task"] = self.tasks[cols.pop("task_index")]
+        hook = None
+        if augment_enabled(self.augment):
+            ids = cols["sample_id"]
+
+            def hook(images: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+                return augment_images(images, ids, epochs, self.seed, self.augment)
+
+        return self.processor.encode(cols, hook)
+
+
+def task_array(view: DatasetView) -> np.ndarray:
+    tasks = np.empty(len(view.tasks), dtype=object)
+    tasks[:] = view.tasks
+    return tasks
+
+
+def train_stream(
+    cfg: Config, view: DatasetView, processor: InputProcessor, start_step: int, rank: int,
+    world: int,
+) -> Iterator[dict[str, np.ndarray]]:  # fmt: skip
+    """This rank's encoded micro-batches from `start_step` on, in plan order."""
+    work = view.plan.rank_work(start_step, cfg.train.steps, rank, world)
+    return iter_rank_batches(
+        view.source,
+        work,
+        cfg.train.micro_batch_size,
+        cfg.data.samples_per_read_task,
+        cfg.data.read_tasks_per_segment,
+        epochs=view.plan.rank_work_epochs(start_step, cfg.train.steps, world),
+        post=ReadTransform(processor, task_array(view), cfg.data.augment, cfg.train.seed),
+    )
+
+
+def val_batches(
+    cfg: Config, view: DatasetView, processor: InputProcessor, rank: int, world: int,
+    device: torch.device,
+) -> list[tuple[dict, torch.Tensor]]:  # fmt: skip
+    """This rank's share of the held-out samples as model batches with per-sample weights
+    (padding weighs zero), decoded once; every validation reuses them."""
+    micro = cfg.train.micro_batch_size
+    ids, weight = pad_to_ranks(view.val_ids, world, micro)
+    per_rank = len(ids) // world
+    mine = ids[rank * per_rank : (rank + 1) * per_rank]
+    w = torch.from_numpy(weight[rank * per_rank : (rank + 1) * per_rank])
+    batches = iter_rank_batches(
+        view.source, mine, micro, cfg.data.samples_per_read_task,
+        post=ReadTransform(processor, task_array(view)),
+    )  # fmt: skip
+    return [
+        (processor.collate(cols, device), w[i * micro : (i + 1) * micro])
+        for i, cols in enumerate(batches)
+    ]

@@ -1,0 +1,291 @@
+"""One rank's training run, split the way torchtitan's `Trainer` is: build, the step loop, the
+interval hooks (log, validate, save) and the end of the run (export, closed-loop evaluation).
+
+Build order follows torchtitan: meta model -> freeze -> shard -> fill from rank 0's init source
+-> optimizer -> checkpoint load -> data from the cursor on. The model is reached only through
+the family contract (`models/base.py`); Ray only through the `Session` the worker passes in.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Protocol
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import register_fsdp_forward_method
+
+from raytrain_vla import policy as policy_lib
+from raytrain_vla.config import Config, check_batch_layout, recipe_hash, to_dict, to_yaml
+from raytrain_vla.data.dataset import DatasetView
+from raytrain_vla.models.registry import family_options, get_family
+from raytrain_vla.policy.format import PolicyMeta, write_policy
+from raytrain_vla.sim.closed_loop import evaluate, is_demo_dataset, render_size, run_episodes
+from raytrain_vla.train import faults
+from raytrain_vla.train.checkpoint import load_checkpoint, save_checkpoint
+from raytrain_vla.train.flops import example_columns, peak_tflops, training_flops_per_sample
+from raytrain_vla.train.fsdp import apply_fsdp
+from raytrain_vla.train.init_source import build_init_source
+from raytrain_vla.train.inputs import train_stream, val_batches
+from raytrain_vla.train.materialize import gather_full_state, materialize_from_rank0, meta_model
+from raytrain_vla.train.metrics import MetricsLogger
+from raytrain_vla.train.noise import flow_noise_and_time
+from raytrain_vla.train.optim import (
+    build_optimizer,
+    build_scheduler,
+    check_roles,
+    freeze_for_config,
+    resolve_groups,
+)
+from raytrain_vla.train.resume import prune_untracked_checkpoints
+from raytrain_vla.train.step import StepRunner
+from raytrain_vla.train.throughput import ThroughputMeter
+from raytrain_vla.train.train_state import TrainState, check_frozen, frozen_checksum
+from raytrain_vla.train.validate import validate
+
+
+class Session(Protocol):
+    """What the trainer needs of Ray Train (`train/worker.py` implements it)."""
+
+    rank: int
+    world_size: int
+    device: torch.device
+
+    def latest_checkpoint(self) -> AbstractContextManager[Path | None]: ...
+
+    def report(self, metrics: dict, checkpoint_dir: Path | None = None) -> None: ...
+
+
+def run_dir_of(cfg: Config) -> Path:
+    return Path(cfg.ray.storage_path).expanduser().resolve() / cfg.ray.run_name
+
+
+def _due(done: int, interval: int, total: int) -> bool:
+    return done % interval == 0 or done == total
+
+
+class Trainer:
+    def __init__(self, cfg: Config, session: Session):
+        self.cfg, self.session = cfg, session
+        self.rank, self.world, self.device = session.rank, session.world_size, session.device
+        self.accum = check_batch_layout(
+            cfg.train.global_batch_size, cfg.train.micro_batch_size, self.world
+        )
+        self.view = DatasetView.open(cfg.data, cfg.train.seed, cfg.train.global_batch_size)
+        torch.manual_seed(cfg.train.seed)  # the same global RNG stream on every rank
+        self.family = get_family(cfg.model.type)
+        self.model_config = self.family.resolve_config(family_options(cfg.model), self.view.spec)
+        self.processor = self.family.processor(self.model_config, self.view.normalizer)
+        self.policy_meta = PolicyMeta(
+            self.family.name, self.model_config, self.view.spec, tuple(self.view.tasks),
+            tuple(self.view.mean_action.tolist()),
+        )  # fmt: skip
+        self.config_hash = recipe_hash(cfg)
+        self.run_dir = run_dir_of(cfg)
+        self._build()
+        self.start_step = self._restore()
+        self.eval_episodes = cfg.eval.episodes if is_demo_dataset(cfg.data.root) else 0
+        self.logger = self._open_logger() if self.rank == 0 else None
+        self.val = val_batches(cfg, self.view, self.processor, self.rank, self.world, self.device)
+
+    # -- build ---------------------------------------------------------------------------
+    def _build(self) -> None:
+        """Rank 0 alone builds the full init source (seeded init, then `model.init_from`);
+        every rank shards an empty meta model and receives its shards from rank 0. A checkpoint
+        loaded afterwards overwrites them; frozen parameters keep the init source's values."""
+        cfg = self.cfg
+        check_roles(cfg.optimizer, self.family.roles, self.family.name)
+        source = None
+        if self.rank == 0:
+            source = build_init_source(
+                self.family, self.model_config, cfg.train.seed, cfg.model.init_from,
+                cfg.model.init_allow,
+            )  # fmt: skip
+        model = meta_model(self.family, self.model_config)
+        self.frozen = freeze_for_config(model, cfg.optimizer)
+        self.flops_per_sample = 0.0  # counted and logged by rank 0 only
+        storage = torch.device("cpu") if cfg.train.cpu_offload else self.device
+        if source is not None:
+            freeze_for_config(source, cfg.optimizer)
+            # Count where the model will run: a forward and backward of `base` is slow on CPU.
+            source = source.to(storage)
+            example = self.processor.collate(
+                self.processor.encode(example_columns(self.view.spec, self.view.tasks)), storage
+            )
+            self.flops_per_sample = training_flops_per_sample(source, example)
+        self.peak_tflops = peak_tflops(self.device, cfg.train.precision, cfg.train.peak_tflops)
+        groups = resolve_groups(model, cfg.optimizer)
+        apply_fsdp(model, init_device_mesh(self.device.type, (self.world,)), cfg.train)
+        materialize_from_rank0(model, source.state_dict() if source is not None else None, storage)
+        del source
+        register_fsdp_forward_method(model, "sample_actions")
+        self.model = model
+        self.frozen_sum = frozen_checksum(model, self.frozen) if self.frozen else []
+        self.optimizer = build_optimizer(model, groups, cfg.optimizer)
+        self.scheduler = build_scheduler(self.optimizer, cfg.train.steps, cfg.scheduler)
+
+        def noise_fn(step: int, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+            return flow_noise_and_time(cfg.train.seed, step, ids, model.noise_shape)
+
+        nan_step = cfg.debug.nan_loss_step if self.rank == cfg.debug.nan_loss_rank else -1
+        self.runner = StepRunner(
+            model, self.optimizer, self.scheduler, groups, noise_fn, cfg.train.grad_clip,
+            nan_loss_step=nan_step,
+        )  # fmt: skip
+
+    def _restore(self) -> int:
+        """The step to start from: 0, or the latest checkpoint's after loading it."""
+        with self.session.latest_checkpoint() as ckpt_dir:
+            if ckpt_dir is None:
+                return 0
+            state = load_checkpoint(
+                ckpt_dir, self.model, self.optimizer, self.scheduler, self.rank, self.world,
+                self.frozen,
+            )  # fmt: skip
+        if (
+            state.config_hash != self.config_hash
+            or state.dataset_fingerprint != self.view.fingerprint
+        ):
+            raise ValueError(
+                f"checkpoint of run '{state.run_name}' was made with a different recipe or dataset "
+                f"(config hash {state.config_hash} vs {self.config_hash}, dataset "
+                f"{state.dataset_fingerprint} vs {self.view.fingerprint}); use a new ray.run_name"
+            )
+        init_source = f"model.init_from={self.cfg.model.init_from or '(none: seeded init)'}"
+        check_frozen(state, self.frozen_sum, init_source)
+        return state.step
+
+    def _open_logger(self) -> MetricsLogger:
+        cfg = self.cfg
+        if cfg.eval.episodes and not self.eval_episodes:
+            print(
+                f"[raytrain_vla] eval.episodes ignored: {cfg.data.root} is not the demo task's data"
+            )
+        for name in prune_untracked_checkpoints(self.run_dir):
+            print(f"[raytrain_vla] removed unregistered checkpoint {self.run_dir / name}")
+        return MetricsLogger(
+            self.run_dir, cfg.logging, to_dict(cfg), cfg.train.steps,
+            f"{cfg.ray.run_name}-{self.config_hash}", self.start_step,
+        )  # fmt: skip
+
+    # -- the step loop ---------------------------------------------------------------------
+    def fit(self) -> None:
+        cfg = self.cfg
+        batches = train_stream(
+            cfg, self.view, self.processor, self.start_step, self.rank, self.world
+        )
+        meter = ThroughputMeter(
+            cfg.train.global_batch_size, self.flops_per_sample, self.peak_tflops, self.world,
+            self.device,
+        )  # fmt: skip
+        for step in range(self.start_step, cfg.train.steps):
+            micro = meter.fetch(lambda: self._next_micro_batches(batches))
+            metrics = self.runner.run(step, micro)
+            meter.step_done()
+            done = step + 1
+            self._log_sample_ids(step, micro)
+            if _due(done, cfg.train.log_interval, cfg.train.steps):
+                metrics.update(meter.window_metrics())
+                if self.logger:
+                    self.logger.log(done, metrics)
+            val_metrics = {}
+            if _due(done, cfg.train.val_interval, cfg.train.steps):
+                val_metrics = self._validate(done)
+            report = {"step": done, **{k: v for k, v in metrics.items() if "/" not in k}}
+            report.update(val_metrics)  # only where it was measured: Tune schedules on it
+            if _due(done, cfg.train.save_interval, cfg.train.steps):
+                self._save(done, report)
+            elif val_metrics:
+                self.session.report(report)
+            faults.after_step(cfg.debug, done, self.rank, self.run_dir)
+            if cfg.debug.step_delay_s > 0:
+                time.sleep(cfg.debug.step_delay_s)
+            meter.restart_if_idle()  # validation and checkpoints stay out of step timing
+        self._finish()
+
+    def _next_micro_batches(self, batches: Iterator[dict]) -> list[dict]:
+        return [self.processor.collate(next(batches), self.device) for _ in range(self.accum)]
+
+    def _log_sample_ids(self, step: int, micro: list[dict]) -> None:
+        if not self.cfg.debug.log_sample_ids:
+            return
+        ids = torch.cat([m["sample_ids"] for m in micro]).tolist()
+        record = {"step": step, "rank": self.rank, "world_size": self.world, "ids": ids}
+        with (self.run_dir / "samples.jsonl").open("a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    # -- interval hooks ------------------------------------------------------------------------
+    def _validate(self, done: int) -> dict[str, float]:
+        metrics = validate(
+            self.model, self.val, self.processor, self.view.mean_action, self.cfg.train.seed
+        )
+        if self.eval_episodes and self.cfg.eval.at_validation:  # collective
+            metrics.update(self._closed_loop_now())
+        if self.logger:
+            self.logger.log(done, metrics, kind="val")
+        return metrics
+
+    def _save(self, done: int, report: dict) -> None:
+        cfg = self.cfg
+        cursor = self.view.plan.cursor_at(done)
+        state = TrainState(
+            step=done,
+            epoch=cursor.epoch,
+            sample_in_epoch=cursor.sample_in_epoch,
+            samples_seen=done * cfg.train.global_batch_size,
+            world_size=self.world,
+            run_name=cfg.ray.run_name,
+            config_hash=self.config_hash,
+            dataset_fingerprint=self.view.fingerprint,
+            frozen_params=len(self.frozen),
+            frozen_checksum=self.frozen_sum,
+        )
+        with tempfile.TemporaryDirectory() as tmp:
+            save_checkpoint(
+                Path(tmp), self.model, self.optimizer, self.scheduler, state, self.rank,
+                to_yaml(cfg), self.view.normalizer, self.policy_meta, self.frozen,
+            )  # fmt: skip
+            faults.in_checkpoint_write(cfg.debug, done, self.rank, self.run_dir)
+            self.session.report(report, checkpoint_dir=Path(tmp))
+
+    def _closed_loop_now(self) -> dict[str, float]:
+        """Collective: the policy's closed-loop success now; rank 0 runs it on gathered weights."""
+        state = gather_full_state(self.model)
+        if self.rank != 0:
+            return {}
+        ev = self.cfg.eval
+        live = policy_lib.from_state(
+            state, self.policy_meta, self.view.normalizer, ev.seed, ev.n_action_steps
+        )
+        result = run_episodes(
+            "policy", live.select_action, live.reset, self.eval_episodes, ev.seed,
+            render_size(live),
+        )  # fmt: skip
+        return {
+            "eval_success_rate": result.success_rate,
+            "eval_final_distance": result.mean_final_distance,
+        }
+
+    # -- end of run --------------------------------------------------------------------------
+    def _finish(self) -> None:
+        """Export the policy (full weights gathered on rank 0), then score it in closed loop."""
+        export_dir = self.run_dir / "export"
+        state = gather_full_state(self.model)
+        if self.rank == 0:
+            write_policy(export_dir, state, self.policy_meta, self.view.normalizer)
+        if dist.is_initialized():
+            dist.barrier()
+        if not self.logger:
+            return
+        if self.eval_episodes:
+            ev = self.cfg.eval
+            exported = policy_lib.load(export_dir, seed=ev.seed, n_action_steps=ev.n_action_steps)
+            results = evaluate(exported, self.eval_episodes, ev.seed, record=ev.rollouts_logged)
+            self.logger.log_eval(self.cfg.train.steps, results)
+        self.logger.close()

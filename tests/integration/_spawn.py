@@ -1,0 +1,50 @@
+"""Run a per-rank program on N gloo processes without Ray, and return rank 0's result."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+RankProgram = Callable[[int, int], dict]  # (rank, world) -> result; module level, so it pickles
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _entry(rank: int, world: int, port: int, program: RankProgram, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    try:
+        result = program(rank, world)
+        if rank == 0:
+            torch.save(result, out)
+    finally:
+        dist.destroy_process_group()
+
+
+def run_distributed(program: RankProgram, tmp_path, world: int = 2) -> dict:
+    """Spawned processes import the program's module again, as a rank of a real run would."""
+    name = getattr(program, "__name__", None) or program.func.__name__
+    out = str(tmp_path / f"{name}.pt")
+    port = _free_port()
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_entry, args=(r, world, port, program, out)) for r in range(world)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    hung = [p for p in procs if p.is_alive()]
+    for p in hung:
+        p.kill()
+    assert not hung, f"{name}: ranks hung (a collective deadlocked)"
+    assert all(p.exitcode == 0 for p in procs), f"{name}: a rank failed"
+    return torch.load(out, weights_only=True)

@@ -1,0 +1,108 @@
+"""The package's rooms and arrows: no import cycles (lazy imports count), each room imports only
+the rooms below it, and no module outside `models/` names a model family's modules."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import raytrain_vla
+
+PACKAGE = Path(raytrain_vla.__file__).parent
+# Room -> the rooms it may import. Entry points (the CLIs) may import anything.
+ALLOWED = {
+    "config": set(),
+    "sim": {"config"},
+    "data": {"config", "sim"},
+    "models": {"config", "data"},
+    "policy": {"config", "data", "models"},
+    "train": {"config", "data", "models", "policy", "sim"},
+    "tuning": {"config", "data", "train"},
+}
+ENTRY_POINTS = {"run", "tune", "export", "eval", "report", "data.__main__"}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+        out[name.removesuffix(".__init__").removesuffix("__init__") or "__init__"] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(path: Path) -> set[str]:
+    """Every raytrain_vla module `path` imports, at the top or inside a function."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in names:
+            if name.startswith("raytrain_vla."):
+                rel = name.removeprefix("raytrain_vla.")
+                if rel in MODULES:
+                    found.add(rel)
+    return found
+
+
+GRAPH = {name: _imports(path) - {name} for name, path in MODULES.items()}
+
+
+def _room(module: str) -> str:
+    return module.split(".")[0]
+
+
+def test_no_import_cycles_even_through_lazy_imports():
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for dep in sorted(GRAPH[node]):
+            if state.get(dep) == 1:
+                cycles.append(stack[stack.index(dep) :] + [dep])
+            elif dep not in state:
+                visit(dep, [*stack, dep])
+        state[node] = 2
+
+    for module in sorted(GRAPH):
+        if module not in state:
+            visit(module, [module])
+    assert not cycles, cycles
+
+
+def test_each_room_imports_only_the_rooms_below_it():
+    wrong = []
+    for module, deps in GRAPH.items():
+        if module in ENTRY_POINTS or _room(module) not in ALLOWED:
+            continue
+        for dep in deps:
+            room = _room(dep)
+            if room != _room(module) and room not in ALLOWED[_room(module)]:
+                wrong.append(f"{module} -> {dep}")
+    assert not wrong, wrong
+    assert not [m for m in GRAPH if _room(m) == "data" and "models" in map(_room, GRAPH[m])]
+
+
+def test_known_rooms_and_entry_points_cover_every_module():
+    rooms = set(ALLOWED) | {"__init__"}
+    assert all(_room(m) in rooms or m in ENTRY_POINTS for m in MODULES), sorted(MODULES)
+
+
+def test_no_module_outside_models_names_a_family_s_modules():
+    pattern = re.compile(r"action_expert\.|\bmodel\.vision\b|transformer_blocks|flow_vla\.model\b")
+    hits = [
+        f"{path.relative_to(PACKAGE)}:{n}"
+        for path in PACKAGE.rglob("*.py")
+        if "models" not in path.relative_to(PACKAGE).parts
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not hits, hits
