@@ -14,10 +14,9 @@ from pathlib import Path
 from raytrain_vla.config import Config, ConfigError, absolute_paths, parse_cli
 from raytrain_vla.data.dataset import root_fingerprint
 from raytrain_vla.data.demo import ensure_dataset
-from raytrain_vla.models.registry import get_family
 from raytrain_vla.train.init_source import weights_file
 from raytrain_vla.train.launch import build_trainer, init_ray
-from raytrain_vla.train.optim import check_roles
+from raytrain_vla.train.optim import check_model_options
 from raytrain_vla.train.resume import check_resume, fresh_run_name
 from raytrain_vla.train.trainer import run_dir_of
 
@@ -27,8 +26,6 @@ __all__ = ["build_trainer", "init_ray", "main", "prepare_run", "summarize"]
 def prepare_run(cfg: Config) -> None:
     """Pick the run name and refuse a resume whose recipe or dataset changed; writes nothing."""
     storage = Path(cfg.ray.storage_path)
-    family = get_family(cfg.model.type)
-    check_roles(cfg.optimizer, family.roles, family.name)
     if cfg.model.init_from:
         weights_file(cfg.model.init_from)  # a wrong path fails here, not in every worker
     if cfg.ray.resume == "never":
@@ -74,6 +71,7 @@ def _last_line(err: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     try:
         cfg = absolute_paths(parse_cli(sys.argv[1:] if argv is None else argv))
+        check_model_options(cfg)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -26,10 +26,12 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     args, rest = parse_args(sys.argv[1:] if argv is None else argv)
     # Imported here so `--help` and config errors answer without importing Ray Tune.
+    from raytrain_vla.train.optim import check_model_options
     from raytrain_vla.tuning.space import load_space
 
     try:
         base = absolute_paths(parse_cli(rest))
+        check_model_options(base)
         space = load_space(args.space, base)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from raytrain_vla.config import Config, ConfigError
 from raytrain_vla.config.schema import OptimizerConfig, SchedulerConfig
 from raytrain_vla.models.base import ACTION_EXPERT, VLAModel
+from raytrain_vla.models.registry import get_family
 
 DEFAULT_GROUP = "default"
 
@@ -51,6 +53,15 @@ def check_roles(cfg: OptimizerConfig, roles: tuple[str, ...], model_type: str) -
             f"'optimizer.train_action_expert_only': model type {model_type!r} has no "
             f"'{ACTION_EXPERT}' role (its roles are {roles}); name roles in optimizer.freeze_roles"
         )
+
+
+def check_model_options(cfg: Config) -> None:
+    """On the driver, before Ray starts: the roles a config names exist in its model family."""
+    family = get_family(cfg.model.type)
+    try:
+        check_roles(cfg.optimizer, family.roles, family.name)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
 
 
 def freeze_for_config(model: VLAModel, cfg: OptimizerConfig) -> list[str]:

@@ -107,3 +107,18 @@ def test_relative_paths_are_resolved_on_the_driver(tmp_path, monkeypatch):
 def test_uri_storage_is_refused_with_the_key_named():
     with pytest.raises(ConfigError, match="'ray.storage_path': 's3://b/runs' is a URI"):
         absolute_paths(parse_cli(["--ray.storage_path=s3://b/runs"]))
+
+
+@pytest.mark.parametrize(
+    "arg, fragment",
+    [
+        ("--optimizer.freeze_roles=[visoin]", "'optimizer.freeze_roles': 'visoin' is not a"),
+        ("--optimizer.groups=[{name: v, roles: [eyes]}]", "'optimizer.groups.v.roles': 'eyes'"),
+    ],
+)
+def test_unknown_parameter_roles_are_refused_before_ray_starts(arg, fragment, capsys):
+    from raytrain_vla import run
+
+    assert run.main([arg]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and fragment in err[0] and "roles are ('vision'" in err[0]
