@@ -19,6 +19,8 @@ class FlowVLAProcessor(ImageStateProcessor):
         self.max_text_len = config.max_text_len
 
     def encode_text(self, tasks: np.ndarray) -> dict[str, np.ndarray]:
-        """Byte tokens right-padded to `max_text_len` (a fixed shape on every rank and step)."""
-        tokens, mask = tokenize([str(t) for t in tasks], self.max_text_len)
-        return {"text_tokens": tokens.numpy(), "text_mask": mask.numpy()}
+        """Byte tokens right-padded to `max_text_len` (a fixed shape on every rank and step);
+        each distinct instruction is tokenized once (a read task holds few)."""
+        unique, row = np.unique(np.asarray(tasks, dtype=str), return_inverse=True)
+        tokens, mask = tokenize(unique.tolist(), self.max_text_len)
+        return {"text_tokens": tokens.numpy()[row], "text_mask": mask.numpy()[row]}
