@@ -9,6 +9,7 @@ from raytrain_vla.data.augment import augment_images
 from raytrain_vla.data.normalize import Normalizer
 from raytrain_vla.models.flow_vla.config import FlowVLAConfig
 from raytrain_vla.models.flow_vla.processor import FlowVLAProcessor
+from raytrain_vla.models.flow_vla.tokenizer import tokenize
 from raytrain_vla.models.image_ops import resize_images
 from raytrain_vla.train.inputs import ReadTransform
 
@@ -127,6 +128,9 @@ def test_read_transform_resizes_then_augments_tokenizes_and_normalises():
     ids, epochs = cols["sample_id"], np.zeros(4, np.int64)
     keyed = augment_images({"cam": resized}, ids, epochs, 1, AugmentConfig(brightness=0.1))
     np.testing.assert_array_equal(augmented["image/cam"], keyed["cam"])  # after the resize
+    tokens, mask = tokenize(["reach the red disc", "go", "go", "reach the red disc"], 48)
+    np.testing.assert_array_equal(plain["text_tokens"], tokens.numpy())
+    np.testing.assert_array_equal(plain["text_mask"], mask.numpy())
     assert plain["text_mask"].sum(1).tolist() == [18, 2, 2, 18]
     np.testing.assert_allclose(plain["state"], np.tile([0.0, -2.0], (4, 1)))
     assert "task_index" not in plain and plain["sample_id"] is cols["sample_id"]
