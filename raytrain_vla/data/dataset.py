@@ -11,8 +11,13 @@ from pathlib import Path
 import numpy as np
 
 from raytrain_vla.config.schema import DataConfig
-from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta, dataset_fingerprint
-from raytrain_vla.data.formats.lerobot_source import ACTION, LeRobotSource
+from raytrain_vla.data.formats.lerobot import (
+    ACTION,
+    DatasetError,
+    LeRobotMeta,
+    dataset_fingerprint,
+)
+from raytrain_vla.data.formats.lerobot_source import LeRobotSource
 from raytrain_vla.data.formats.shards import MANIFEST, ShardSource
 from raytrain_vla.data.normalize import Normalizer
 from raytrain_vla.data.plan import SamplePlan

@@ -15,7 +15,8 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-STATE, ACTION = "observation.state", "action"
+from raytrain_vla.data.formats.lerobot import ACTION, STATE
+
 NORMALIZED_FEATURES = (STATE, ACTION)
 ArrayT = TypeVar("ArrayT", np.ndarray, torch.Tensor)
 EPS = 1e-6

@@ -119,18 +119,13 @@ def write_policy(
     state_dict: dict[str, torch.Tensor],
     meta: PolicyMeta,
     normalizer: Normalizer,
-    dtype: torch.dtype | None = None,
 ) -> Path:
     """Write into a staging sibling, then swap it in, so a crash never leaves a half export."""
     out_dir = Path(out_dir)
     staging = out_dir.with_name(f".{out_dir.name}.staging")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    tensors = {
-        k: (v.to(dtype) if dtype and v.is_floating_point() else v).contiguous()
-        for k, v in state_dict.items()
-    }
-    save_file(tensors, str(staging / WEIGHTS))
+    save_file({k: v.contiguous() for k, v in state_dict.items()}, str(staging / WEIGHTS))
     (staging / CONFIG).write_text(json.dumps(meta.to_dict(), indent=2))
     normalizer.save(staging / NORMALIZATION)
     if out_dir.exists():

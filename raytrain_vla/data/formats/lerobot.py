@@ -29,9 +29,10 @@ from raytrain_vla.data.formats.lerobot_common import (
 )
 from raytrain_vla.data.formats.lerobot_v21 import load_v21
 
-__all__ = ["DatasetError", "LeRobotMeta", "column_to_numpy", "read_frames_table"]
+__all__ = ["ACTION", "STATE", "DatasetError", "LeRobotMeta", "column_to_numpy", "read_frames_table"]
 
 SUPPORTED_VERSIONS = ("v2.1", "v3.0")
+STATE, ACTION = "observation.state", "action"  # LeRobot's feature names
 _EPISODE_COLUMNS = ("episode_index", "tasks", "length", "dataset_from_index", "dataset_to_index")
 _EPISODE_COLUMNS += ("data/chunk_index", "data/file_index")
 _VIDEO_COLUMNS = ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
@@ -106,11 +107,11 @@ class LeRobotMeta:
 
     @property
     def state_dim(self) -> int:
-        return self._dim("observation.state")
+        return self._dim(STATE)
 
     @property
     def action_dim(self) -> int:
-        return self._dim("action")
+        return self._dim(ACTION)
 
     def camera_shape(self, key: str) -> tuple[int, int, int]:
         """(C, H, W) of a camera feature, reading the layout from its `names`."""

@@ -12,14 +12,14 @@ import numpy as np
 from raytrain_vla.data.formats.frame_checks import describe_episodes
 from raytrain_vla.data.formats.images import ImageRows
 from raytrain_vla.data.formats.lerobot import (
+    ACTION,
+    STATE,
     DatasetError,
     LeRobotMeta,
     column_to_numpy,
     read_frames_table,
 )
 from raytrain_vla.data.formats.video import VideoDecodeError, decode_frames
-
-STATE, ACTION = "observation.state", "action"  # LeRobot's feature names
 
 
 class LeRobotSource:
