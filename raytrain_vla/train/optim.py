@@ -53,6 +53,12 @@ def check_roles(cfg: OptimizerConfig, roles: tuple[str, ...], model_type: str) -
             f"'optimizer.train_action_expert_only': model type {model_type!r} has no "
             f"'{ACTION_EXPERT}' role (its roles are {roles}); name roles in optimizer.freeze_roles"
         )
+    if set(frozen_roles(cfg, roles)) >= set(roles):
+        raise ValueError(
+            f"'optimizer.freeze_roles' {cfg.freeze_roles} with train_action_expert_only="
+            f"{cfg.train_action_expert_only} freezes every role of {model_type!r} {roles}: "
+            "nothing would train"
+        )
 
 
 def check_model_options(cfg: Config) -> None:

@@ -72,15 +72,24 @@ def _export_cli_turns_checkpoints_of_any_world_size_into_the_same_policy(run_arg
         halves = load_torch(str(half / "model.safetensors"))
         assert all(v.dtype == torch.bfloat16 for v in halves.values() if v.is_floating_point())
     # Fine-tuning from that export at LR 0 through the whole run path leaves the weights as
-    # loaded: the workers really start from the policy (`model.init_from`).
+    # loaded: the workers really start from the policy (`model.init_from`). The vision role is
+    # frozen by name: its parameters stay out of the checkpoint and come back from the policy.
     zero = tmp_path / "zero_lr.yaml"
     groups = "".join(
         f"    - {{name: {g}, patterns: ['^{g}\\.'], lr: 0.0, weight_decay: 0.0}}\n"
         for g in ("vision", "backbone", "action_expert")
     )
     zero.write_text(f"optimizer:\n  lr: 0.0\n  groups:\n{groups}")
-    tuned_args = run_args("tuned", 2, f"--model.init_from={run_dir / 'export'}")
+    tuned_args = run_args(
+        "tuned", 2, f"--model.init_from={run_dir / 'export'}", "--optimizer.freeze_roles=[vision]"
+    )
     assert run.main(["--config", str(zero), *tuned_args]) == 0
+    from raytrain_vla.models.registry import get_family
+    from raytrain_vla.train.checkpoint import stored_model_keys
+
+    role_of = get_family("flow_vla").model_type.role_of
+    stored = stored_model_keys(latest_checkpoint(tmp_path / "runs" / "tuned"))
+    assert stored and {role_of(k) for k in stored} == {"backbone", "action_expert"}
     tuned = load_file(str(tmp_path / "runs" / "tuned" / "export" / "model.safetensors"))
     for key, value in load_file(str(run_dir / "export" / "model.safetensors")).items():
         np.testing.assert_array_equal(tuned[key], value, err_msg=key)

@@ -86,6 +86,10 @@ def test_freeze_roles_and_typos_in_roles():
     bad_group = OptimizerConfig(groups=[LRGroupConfig("v", roles=["eyes"])])
     with pytest.raises(ValueError, match=r"'optimizer.groups.v.roles': 'eyes'"):
         check_roles(bad_group, ROLES, "flow_vla")
+    everything = OptimizerConfig(freeze_roles=["vision", "backbone"], train_action_expert_only=True)
+    everything.freeze_roles.append("action_expert")
+    with pytest.raises(ValueError, match="freezes every role of 'flow_vla'.*nothing would train"):
+        check_roles(everything, ROLES, "flow_vla")
     with pytest.raises(ValueError, match="no 'action_expert' role"):
         check_roles(OptimizerConfig(groups=[], train_action_expert_only=True), ("trunk",), "toy")
 
