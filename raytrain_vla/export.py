@@ -1,5 +1,7 @@
-"""`python -m raytrain_vla.export CHECKPOINT_DIR OUT_DIR [--dtype bf16]`: a policy directory from
-any training checkpoint (DCP shards from any number of workers), in one process, without Ray.
+"""`python -m raytrain_vla.export CHECKPOINT_DIR OUT_DIR [--dtype bf16] [--format lerobot]`: a
+policy directory from any training checkpoint (DCP shards from any number of workers), in one
+process, without Ray. `--format lerobot` writes LeRobot's `pretrained_model/` layout instead
+(smolvla), which LeRobot's `SmolVLAPolicy.from_pretrained` loads without this package.
 
 The policy format is `raytrain_vla.policy.format`; the checkpoint side is
 `raytrain_vla.train.checkpoint.consolidate`.
@@ -19,9 +21,21 @@ from raytrain_vla.train.checkpoint import consolidate
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def export_checkpoint(checkpoint: Path, out_dir: Path, dtype: str = "fp32") -> Path:
+FORMATS = ("raytrain", "lerobot")
+
+
+def export_checkpoint(
+    checkpoint: Path, out_dir: Path, dtype: str = "fp32", fmt: str = "raytrain"
+) -> Path:
     state, meta, normalizer = consolidate(checkpoint, DTYPES[dtype])
-    return write_policy(out_dir, state, meta, normalizer)
+    if fmt == "raytrain":
+        return write_policy(out_dir, state, meta, normalizer)
+    if fmt not in meta.family.foreign_formats:
+        raise ValueError(
+            f"{checkpoint}: model type {meta.model_type!r} cannot be exported as {fmt!r} "
+            f"(it writes {('raytrain', *meta.family.foreign_formats)})"
+        )
+    return meta.family.write_foreign(fmt, out_dir, state, meta.model_config, normalizer)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,9 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("checkpoint", type=Path, help="a checkpoint_* directory of a run")
     parser.add_argument("out", type=Path, help="the policy directory to write")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
+    parser.add_argument("--format", choices=FORMATS, default="raytrain", dest="fmt")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        out = export_checkpoint(args.checkpoint, args.out, args.dtype)
+        out = export_checkpoint(args.checkpoint, args.out, args.dtype, args.fmt)
     except (FileNotFoundError, ValueError, RuntimeError) as err:
         print(f"error: {' '.join(str(err).split())[:500]}", file=sys.stderr)
         return 1

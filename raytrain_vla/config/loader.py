@@ -151,6 +151,8 @@ def from_tree(tree: dict, source: str = "config") -> Config:
         raise ConfigError(f"{source}: bad value for '{key}': {detail}") from err
     except (TypeError, ValueError) as err:
         raise ConfigError(f"{source}: {' '.join(str(err).split())}") from err
+    if "chunk_size" not in (tree.get("data") or {}):
+        cfg.data.chunk_size = getattr(cfg.model, cfg.model.type).DEFAULT_CHUNK_SIZE
     validate(cfg)
     return cfg
 
@@ -294,6 +296,9 @@ def absolute_paths(cfg: Config) -> Config:
     cfg.data.root = str(Path(cfg.data.root).expanduser().resolve())
     if cfg.model.init_from:
         cfg.model.init_from = str(Path(cfg.model.init_from).expanduser().resolve())
+    if cfg.model.smolvla.vlm_path:
+        vlm_path = str(Path(cfg.model.smolvla.vlm_path).expanduser().resolve())
+        cfg.model.smolvla = dataclasses.replace(cfg.model.smolvla, vlm_path=vlm_path)
     return cfg
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
-NormalizationMode = Literal["mean_std", "min_max", "quantile"]
+NormalizationMode = Literal["mean_std", "min_max", "quantile", "quantile10"]
 
 
 @dataclass
@@ -24,7 +24,8 @@ class DataConfig:
     write_demo_if_missing: bool = True
     demo_episodes: int = 1500
     demo_seed: int = 0
-    # Future actions per sample (the action chunk) and the frame delta of the observation.
+    # Future actions per sample (the action chunk). Left unset in a config, it is the model
+    # family's default (flow_vla 8, smolvla 50 as in LeRobot).
     chunk_size: int = 8
     # Held-out episodes: an explicit list wins over the fraction.
     val_fraction: float = 0.05
@@ -49,17 +50,58 @@ class DataConfig:
 class FlowVLAOptions:
     """`model.flow_vla`: the built-in from-scratch VLA (models/flow_vla)."""
 
+    DEFAULT_CHUNK_SIZE: ClassVar[int] = 8
+
     size: Literal["tiny", "small", "base"] = "tiny"
     num_inference_steps: int = 10
     max_text_len: int = 48  # instructions are byte-tokenized; longer ones are an error
 
 
+@dataclass(frozen=True)
+class SmolVLAOptions:
+    """`model.smolvla`: LeRobot's SmolVLA on a SmolVLM backbone (models/smolvla).
+
+    Start from LeRobot's checkpoint with `model.init_from=<pretrained_model dir>` (its
+    architecture, and its VLM directory if `vlm_path` is empty), or from a SmolVLM directory
+    (`vlm_path`; its safetensors weights are loaded when present). Options left empty (None)
+    take the checkpoint's value, else LeRobot's default; an architecture option that
+    contradicts the checkpoint is an error.
+    """
+
+    DEFAULT_CHUNK_SIZE: ClassVar[int] = 50
+
+    vlm_path: str = ""  # a SmolVLM directory: config, tokenizer, processor (+ weights)
+    # Model camera -> dataset camera, e.g. {observation.images.camera1: observation.image}.
+    # Empty: each model camera reads the dataset camera of the same name (a fresh model takes
+    # the dataset's cameras).
+    cameras: dict[str, str] = field(default_factory=dict)
+    # Architecture (LeRobot's SmolVLAConfig names and defaults).
+    num_vlm_layers: int | None = None  # 16
+    num_expert_layers: int | None = None  # -1: one expert layer per VLM layer
+    expert_width_multiplier: float | None = None  # 0.75
+    self_attn_every_n_layers: int | None = None  # 2
+    attention_mode: Literal["cross_attn", "self_attn"] | None = None  # cross_attn
+    max_state_dim: int | None = None  # 32
+    max_action_dim: int | None = None  # 32
+    # Behaviour.
+    resize_imgs_with_padding: tuple[int, int] | None = None  # (512, 512), as (W, H)
+    tokenizer_max_length: int | None = None  # 48
+    pad_language_to: Literal["longest", "max_length"] | None = None  # longest
+    num_steps: int | None = None  # 10 Euler steps
+    empty_cameras: int | None = None  # 0
+    freeze_vision_encoder: bool | None = None  # true
+    train_expert_only: bool | None = None  # true
+    train_state_proj: bool | None = None  # true
+
+
 @dataclass
 class ModelConfig:
     # The model family (models/registry.py); its options are the section of the same name.
-    type: Literal["flow_vla"] = "flow_vla"
+    type: Literal["flow_vla", "smolvla"] = "flow_vla"
     flow_vla: FlowVLAOptions = field(default_factory=FlowVLAOptions)
-    # Start from a pretrained policy: an exported policy directory or a .safetensors file.
+    smolvla: SmolVLAOptions = field(default_factory=SmolVLAOptions)
+    # Start from a pretrained policy: an exported policy directory, a LeRobot policy directory
+    # (`pretrained_model/`, for smolvla) or a .safetensors file.
     init_from: str = ""
     # Regexes of parameter names that may be missing or change shape (they keep a fresh init),
     # e.g. the action input and output layers for a robot with another action dimension.

@@ -13,6 +13,7 @@ import numpy as np
 from raytrain_vla.config.schema import DataConfig
 from raytrain_vla.data.formats.lerobot import (
     ACTION,
+    STATE,
     DatasetError,
     LeRobotMeta,
     dataset_fingerprint,
@@ -88,6 +89,7 @@ class DatasetView:
             cfg.normalization,
             cfg.normalization_per_feature,
             source=str(meta.root / "meta" / "stats.json"),
+            keep_stats=(*source.camera_keys, STATE, ACTION),
         )
         # Shards carry their source's fingerprint: same samples, so a run may switch formats.
         fingerprint = getattr(source, "fingerprint", None) or dataset_fingerprint(meta)

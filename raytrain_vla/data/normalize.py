@@ -8,7 +8,7 @@ on numpy arrays (read tasks, float32) and torch tensors alike, with the same flo
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -22,12 +22,16 @@ ArrayT = TypeVar("ArrayT", np.ndarray, torch.Tensor)
 EPS = 1e-6
 
 
-MODES = ("mean_std", "min_max", "quantile")
+MODES = ("mean_std", "min_max", "quantile", "quantile10")
 # Which stats each mode needs, and the affine map (shift, scale) it builds from them.
 _AFFINE = {
     "mean_std": (("mean", "std"), lambda s: (s["mean"], s["std"])),
     "min_max": (("min", "max"), lambda s: ((s["max"] + s["min"]) / 2, (s["max"] - s["min"]) / 2)),
     "quantile": (("q01", "q99"), lambda s: ((s["q99"] + s["q01"]) / 2, (s["q99"] - s["q01"]) / 2)),
+    "quantile10": (
+        ("q10", "q90"),
+        lambda s: ((s["q90"] + s["q10"]) / 2, (s["q90"] - s["q10"]) / 2),
+    ),
 }
 
 
@@ -39,6 +43,9 @@ class Normalizer:
     modes: dict[str, str]
     shift: dict[str, np.ndarray]
     scale: dict[str, np.ndarray]
+    # The dataset's raw statistics of the policy's features (LeRobot's stats: mean, std, min,
+    # max, q01.., count per feature), kept so a policy can be exported in LeRobot's format.
+    stats: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
 
     @classmethod
     def from_stats(
@@ -48,7 +55,9 @@ class Normalizer:
         per_feature: dict[str, str] | None = None,
         features=NORMALIZED_FEATURES,
         source: str = "stats",
+        keep_stats: tuple[str, ...] = (),
     ) -> Normalizer:
+        """`keep_stats`: features whose raw statistics travel with the normaliser."""
         modes, shift, scale = {}, {}, {}
         for feat in features:
             modes[feat] = (per_feature or {}).get(feat, mode)
@@ -67,7 +76,12 @@ class Normalizer:
             s = {k: np.asarray(have[k], dtype=np.float32) for k in needed}
             shift[feat], spread = affine(s)
             scale[feat] = np.maximum(spread, EPS).astype(np.float32)
-        return cls(modes, shift, scale)
+        raw = {
+            feat: {k: np.asarray(v, dtype=np.float32) for k, v in stats[feat].items()}
+            for feat in keep_stats
+            if feat in stats
+        }
+        return cls(modes, shift, scale, raw)
 
     def to_dict(self) -> dict:
         return {
@@ -79,6 +93,7 @@ class Normalizer:
                 }
                 for k in self.shift
             },
+            **({"stats": _stats_to_json(self.stats)} if self.stats else {}),
         }
 
     @classmethod
@@ -88,6 +103,7 @@ class Normalizer:
             {k: v.get("mode", d.get("mode", "mean_std")) for k, v in feats.items()},
             {k: np.asarray(v["shift"], np.float32) for k, v in feats.items()},
             {k: np.asarray(v["scale"], np.float32) for k, v in feats.items()},
+            _stats_from_json(d.get("stats", {})),
         )
 
     def save(self, path: str | Path) -> None:
@@ -110,3 +126,20 @@ class Normalizer:
         shift = torch.as_tensor(self.shift[feat], device=x.device, dtype=x.dtype)
         scale = torch.as_tensor(self.scale[feat], device=x.device, dtype=x.dtype)
         return x * scale + shift
+
+
+def _stats_to_json(stats: dict[str, dict[str, np.ndarray]]) -> dict:
+    """float32 -> JSON numbers -> float32 is exact, so a round trip keeps every bit."""
+    return {
+        feat: {k: {"shape": list(v.shape), "values": v.reshape(-1).tolist()} for k, v in s.items()}
+        for feat, s in stats.items()
+    }
+
+
+def _stats_from_json(data: dict) -> dict[str, dict[str, np.ndarray]]:
+    return {
+        feat: {
+            k: np.asarray(v["values"], dtype=np.float32).reshape(v["shape"]) for k, v in s.items()
+        }
+        for feat, s in data.items()
+    }

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -114,6 +116,11 @@ class VLAModel(nn.Module, ABC):
         """The modules to `fully_shard`, in forward order: the repeated blocks and any other
         large submodule. The trainer shards the root last."""
 
+    def frozen_parameters(self) -> set[str]:
+        """Parameters the model's own config keeps frozen (e.g. LeRobot's freezing options);
+        the trainer adds the roles `optimizer.freeze_roles` names."""
+        return set()
+
     def activation_checkpoint_units(self) -> list[nn.Module]:
         """Modules whose forward activation checkpointing wraps (the repeated blocks)."""
         return self.fsdp_units()
@@ -129,20 +136,34 @@ class VLAModel(nn.Module, ABC):
         )
 
 
+@dataclass(frozen=True)
+class PolicyFiles:
+    """A policy read from another project's format: full weights under our names, its config,
+    the data shapes it expects and its normaliser."""
+
+    state: dict[str, torch.Tensor]
+    config: FamilyConfig
+    spec: DataSpec
+    normalizer: Normalizer
+
+
 class ModelFamily(ABC):
     """One VLA family: its config, its model and its processor (see the module docstring)."""
 
     name: ClassVar[str]
     config_type: ClassVar[type[FamilyConfig]]
     model_type: ClassVar[type[VLAModel]]
+    # Other projects' policy formats the family reads (`read_foreign`) and writes.
+    foreign_formats: ClassVar[tuple[str, ...]] = ()
 
     @property
     def roles(self) -> tuple[str, ...]:
         return tuple(self.model_type.ROLE_PREFIXES)
 
     @abstractmethod
-    def resolve_config(self, options: Any, spec: DataSpec) -> FamilyConfig:
-        """The typed model config from the family's options (`model.<name>`) and the data."""
+    def resolve_config(self, options: Any, spec: DataSpec, init_from: str = "") -> FamilyConfig:
+        """The typed model config from the family's options (`model.<name>`), the data and,
+        for families that read other formats, the checkpoint `model.init_from` names."""
 
     def build(self, config: FamilyConfig) -> VLAModel:
         """A freshly initialised model (random under the caller's RNG); works on `meta`."""
@@ -151,9 +172,38 @@ class ModelFamily(ABC):
     @abstractmethod
     def processor(self, config: FamilyConfig, normalizer: Normalizer) -> InputProcessor: ...
 
-    def config_from_dict(self, data: dict[str, Any]) -> FamilyConfig:
-        """Inverse of the config's `to_dict` (a policy's `config.json`)."""
+    def config_from_dict(self, data: dict[str, Any], base_dir: Path | None = None) -> FamilyConfig:
+        """Inverse of the config's `to_dict` (a policy's `config.json`); `base_dir` (the policy
+        directory) resolves the relative paths `export_assets` wrote."""
         return self.config_type.from_dict(data)
+
+    def load_base_weights(self, model: VLAModel, config: FamilyConfig) -> list[str]:
+        """Pretrained weights the config itself names (e.g. a VLM directory), loaded into a
+        fresh model before `model.init_from`; returns the parameters loaded."""
+        return []
+
+    def checkpoint_keys(self, path: str | Path, model: VLAModel) -> dict[str, str] | None:
+        """{our parameter name: key in the file} for a `model.init_from` in another project's
+        format; None when the names are ours."""
+        return None
+
+    def export_assets(self, config: FamilyConfig, out_dir: Path) -> FamilyConfig:
+        """Copy the files the config refers to into a policy directory; the config to store."""
+        return config
+
+    def read_foreign(self, path: Path) -> PolicyFiles | None:
+        """A policy directory in one of `foreign_formats`, or None if `path` is none of them."""
+        return None
+
+    def write_foreign(
+        self,
+        fmt: str,
+        out_dir: Path,
+        state: dict[str, torch.Tensor],
+        config: FamilyConfig,
+        normalizer: Normalizer,
+    ) -> Path:
+        raise ValueError(f"model type {self.name!r} exports no other format than ours ({fmt!r})")
 
     def config_from_legacy(self, builder_kwargs: dict[str, Any]) -> FamilyConfig:
         """The config of a policy written before typed configs (format 1: builder kwargs)."""

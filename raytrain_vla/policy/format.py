@@ -12,6 +12,7 @@ model. Version 1 stored the model builder's keyword arguments (`model_kwargs`); 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -62,7 +63,8 @@ class PolicyMeta:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str) -> PolicyMeta:
-        """`source` (the file) is named in every error."""
+        """`source` (the file) is named in every error; relative paths in the model config are
+        resolved against its directory."""
         try:
             family = get_family(str(data["model_type"]))
             if "model_kwargs" in data:  # version 1
@@ -72,7 +74,7 @@ class PolicyMeta:
                 raise ValueError(f"policy format {got}, expected {(FORMAT, VERSION)}")
             return cls(
                 family.name,
-                family.config_from_dict(data["model_config"]),
+                family.config_from_dict(data["model_config"], Path(source).parent),
                 DataSpec.from_dict(data["data_spec"]),
                 tuple(data["tasks"]),
                 tuple(float(v) for v in data["mean_action"]),
@@ -126,6 +128,8 @@ def write_policy(
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     save_file({k: v.contiguous() for k, v in state_dict.items()}, str(staging / WEIGHTS))
+    config = meta.family.export_assets(meta.model_config, staging)
+    meta = dataclasses.replace(meta, model_config=config)
     (staging / CONFIG).write_text(json.dumps(meta.to_dict(), indent=2))
     normalizer.save(staging / NORMALIZATION)
     if out_dir.exists():

@@ -7,14 +7,16 @@ training.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import torch
 from safetensors.torch import load_file
 
-from raytrain_vla.data.normalize import Normalizer
+from raytrain_vla.data.normalize import STATE, Normalizer
 from raytrain_vla.models.base import InputProcessor, VLAModel
+from raytrain_vla.models.registry import read_foreign_policy
 from raytrain_vla.policy.format import (
     CONFIG,
     NORMALIZATION,
@@ -106,6 +108,35 @@ class Policy:
         actions = self.model.sample_actions(batch, noise)
         return self.processor.decode_actions(actions.float())[0].numpy()
 
+    @torch.no_grad()
+    def predict_action_chunk(self, batch: dict, noise: torch.Tensor | None = None) -> torch.Tensor:
+        """LeRobot's batch in, (B, chunk, action_dim) actions in the robot's units out.
+
+        `batch`: each camera (B, 3, H, W) float in [0, 1] (or uint8) under its key, 'observation.state'
+        (B, S) in the robot's units, 'task' a list of B strings. `noise` (B, *noise_shape) is used
+        as given (LeRobot's `predict_action_chunk(batch, noise=...)`), else drawn from the
+        policy's generator."""
+        missing = [k for k in [*self.camera_keys, STATE, "task"] if k not in batch]
+        if missing:
+            raise ValueError(f"batch is missing {missing}")
+        cols = {f"image/{k}": _numpy(batch[k]) for k in self.camera_keys}
+        cols["state"] = _numpy(batch[STATE]).astype(np.float32)
+        cols["task"] = np.array([str(t) for t in batch["task"]], dtype=object)
+        model_batch = self.processor.collate(self.processor.encode(cols), "cpu")
+        size = cols["state"].shape[0]
+        if noise is None:
+            noise = torch.randn((size, *self.model.noise_shape), generator=self.generator)
+        elif tuple(noise.shape) != (size, *self.model.noise_shape):
+            raise ValueError(
+                f"noise has shape {tuple(noise.shape)}, expected {(size, *self.model.noise_shape)}"
+            )
+        actions = self.model.sample_actions(model_batch, noise.float())
+        return self.processor.decode_actions(actions.float())
+
+
+def _numpy(value) -> np.ndarray:
+    return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+
 
 def from_state(
     state_dict: dict[str, torch.Tensor],
@@ -126,8 +157,20 @@ def from_state(
 
 
 def load(path: str | Path, seed: int = 0, n_action_steps: int = 0) -> Policy:
-    """An exported policy directory (`python -m raytrain_vla.export`, or a run's `export/`)."""
+    """An exported policy directory (`python -m raytrain_vla.export`, or a run's `export/`),
+    or another project's policy directory a model family reads (LeRobot's SmolVLA
+    `pretrained_model/`)."""
     path = Path(path)
+    data = json.loads((path / CONFIG).read_text()) if (path / CONFIG).is_file() else {}
+    if data and "format" not in data and "model_kwargs" not in data:  # neither version 2 nor 1
+        foreign = read_foreign_policy(path)
+        if foreign is None:
+            raise ValueError(f"{path / CONFIG}: neither our policy format nor one a family reads")
+        family, files = foreign
+        meta = PolicyMeta(family.name, files.config, files.spec)
+        return from_state(
+            files.state, meta, files.normalizer, seed, n_action_steps, str(path)
+        )  # fmt: skip
     check_policy_dir(path)
     return from_state(
         load_file(str(path / WEIGHTS)), read_meta(path / CONFIG),

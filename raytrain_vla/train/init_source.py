@@ -34,10 +34,15 @@ def weights_file(path: str | Path) -> Path:
 
 
 @torch.no_grad()
-def load_pretrained(model: nn.Module, path: str | Path, allow: list[str]) -> list[str]:
-    """Copy matching tensors into `model`, one at a time; return the keys left as initialised."""
+def load_pretrained(
+    model: nn.Module, path: str | Path, allow: list[str], file_keys: dict[str, str] | None = None
+) -> list[str]:
+    """Copy matching tensors into `model`, one at a time; return the keys left as initialised.
+    `file_keys` maps our parameter names to the file's (another project's checkpoint)."""
     file = weights_file(path)
     own = model.state_dict()
+    if file_keys is not None:  # address our tensors by the file's names
+        own = {file_keys.get(k, k): v for k, v in own.items()}
     allowed = [re.compile(p) for p in allow]
 
     def is_allowed(key: str) -> bool:
@@ -73,6 +78,8 @@ def build_init_source(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = family.build(config)
+    family.load_base_weights(model, config)
     if init_from:
-        load_pretrained(model, init_from, list(init_allow))
+        keys = family.checkpoint_keys(init_from, model)
+        load_pretrained(model, init_from, list(init_allow), keys)
     return model

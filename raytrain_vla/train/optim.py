@@ -71,12 +71,15 @@ def check_model_options(cfg: Config) -> None:
 
 
 def freeze_for_config(model: VLAModel, cfg: OptimizerConfig) -> list[str]:
-    """Freeze the parameters of the frozen roles; returns their names."""
+    """Freeze the parameters of the frozen roles and those the model's own config freezes;
+    returns the names of every frozen parameter."""
     roles = set(frozen_roles(cfg, model.ROLE_PREFIXES))
+    own = model.frozen_parameters()
     frozen = []
     for name, param in model.named_parameters():
-        if model.role_of(name) in roles:
+        if model.role_of(name) in roles or name in own:
             param.requires_grad_(False)
+        if not param.requires_grad:
             frozen.append(name)
     return frozen
 

@@ -80,7 +80,9 @@ class Trainer:
         self.view = DatasetView.open(cfg.data, cfg.train.seed, cfg.train.global_batch_size)
         torch.manual_seed(cfg.train.seed)  # the same global RNG stream on every rank
         self.family = get_family(cfg.model.type)
-        self.model_config = self.family.resolve_config(family_options(cfg.model), self.view.spec)
+        self.model_config = self.family.resolve_config(
+            family_options(cfg.model), self.view.spec, cfg.model.init_from
+        )
         self.processor = self.family.processor(self.model_config, self.view.normalizer)
         self.policy_meta = PolicyMeta(
             self.family.name, self.model_config, self.view.spec, tuple(self.view.tasks),

@@ -18,7 +18,9 @@ class FlowVLAFamily(ModelFamily):
     config_type = FlowVLAConfig
     model_type = FlowVLA
 
-    def resolve_config(self, options: FlowVLAOptions, spec: DataSpec) -> FlowVLAConfig:
+    def resolve_config(
+        self, options: FlowVLAOptions, spec: DataSpec, init_from: str = ""
+    ) -> FlowVLAConfig:
         return FlowVLAConfig.resolve(options, spec)
 
     def processor(self, config: FlowVLAConfig, normalizer: Normalizer) -> FlowVLAProcessor:

@@ -1,0 +1,1 @@
+"""LeRobot's SmolVLA on a transformers SmolVLM backbone."""

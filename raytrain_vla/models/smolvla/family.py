@@ -1,0 +1,292 @@
+"""The smolvla family: LeRobot's SmolVLA behind the family contract, LeRobot's files in and out."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+from raytrain_vla.config.schema import SmolVLAOptions
+from raytrain_vla.data.normalize import ACTION, STATE, Normalizer
+from raytrain_vla.data.spec import DataSpec
+from raytrain_vla.models.base import ModelFamily, PolicyFiles
+from raytrain_vla.models.smolvla import lerobot_io
+from raytrain_vla.models.smolvla.config import SmolVLAConfig
+from raytrain_vla.models.smolvla.model import SmolVLA
+from raytrain_vla.models.smolvla.processor import SmolVLAProcessor
+
+# Options whose value decides parameter shapes or wiring: a checkpoint's value cannot change.
+ARCHITECTURE = (
+    "num_vlm_layers", "num_expert_layers", "expert_width_multiplier", "self_attn_every_n_layers",
+    "attention_mode", "max_state_dim", "max_action_dim",
+)  # fmt: skip
+VLM_ASSETS = re.compile(r".*\.(json|jinja|txt|model)$")  # config, tokenizer, processor files
+VLM_DIR = "vlm"  # inside an exported policy
+
+
+def _vlm_config(vlm_path: str, key: str = "model.smolvla.vlm_path") -> dict[str, Any]:
+    path = Path(vlm_path).expanduser()
+    try:
+        data = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"'{key}': {path} has no readable SmolVLM config.json ({err})") from err
+    if data.get("model_type") != "smolvlm":
+        raise ValueError(
+            f"'{key}': {path / 'config.json'} has model_type {data.get('model_type')!r}, "
+            "expected 'smolvlm'"
+        )
+    return data
+
+
+def _camera_wiring(
+    cameras: list[str], mapping: dict[str, str], spec: DataSpec, fixed: bool
+) -> tuple[list[str], list[str]]:
+    """(model cameras, the dataset camera feeding each or ""). `fixed`: the model's cameras
+    come from a checkpoint; otherwise a fresh model takes the mapping's or the dataset's."""
+    data_cams = spec.camera_keys
+    bad = {k: v for k, v in mapping.items() if v not in data_cams}
+    if bad:
+        raise ValueError(
+            f"'model.smolvla.cameras': {bad} name no dataset camera; the dataset has {data_cams}"
+        )
+    if not fixed:
+        cameras = list(mapping) or list(data_cams)
+    unknown = [k for k in mapping if k not in cameras]
+    if unknown:
+        raise ValueError(
+            f"'model.smolvla.cameras': {unknown} are not cameras of the model; it has {cameras}"
+        )
+    sources = [mapping.get(cam, cam if cam in data_cams else "") for cam in cameras]
+    if not any(sources):
+        raise ValueError(
+            f"no dataset camera feeds the model: its cameras are {cameras}, the dataset's "
+            f"{data_cams}; map them with model.smolvla.cameras={{MODEL_CAMERA: DATASET_CAMERA}}"
+        )
+    return cameras, sources
+
+
+class SmolVLAFamily(ModelFamily):
+    name = "smolvla"
+    config_type = SmolVLAConfig
+    model_type = SmolVLA
+    foreign_formats = ("lerobot",)
+
+    def resolve_config(
+        self, options: SmolVLAOptions, spec: DataSpec, init_from: str = ""
+    ) -> SmolVLAConfig:
+        """The LeRobot checkpoint's config when `init_from` is one, else LeRobot's defaults
+        over the VLM at `vlm_path`; then the options given and the dataset's shapes."""
+        given = {
+            f.name: getattr(options, f.name)
+            for f in dataclasses.fields(options)
+            if getattr(options, f.name) is not None and f.name not in ("vlm_path", "cameras")
+        }
+        if init_from and lerobot_io.is_lerobot_dir(init_from):
+            policy_dir = Path(init_from)
+            data = json.loads((policy_dir / lerobot_io.CONFIG).read_text())
+            base = lerobot_io.config_from_lerobot(data, policy_dir, options.vlm_path or None)
+            clash = {
+                k: (v, getattr(base, k))
+                for k, v in given.items()
+                if k in ARCHITECTURE and v != getattr(base, k)
+            }
+            if clash:
+                detail = ", ".join(f"{k}={v!r} (checkpoint: {c!r})" for k, (v, c) in clash.items())
+                raise ValueError(
+                    f"model.smolvla options contradict model.init_from={init_from}: {detail}"
+                )
+            fixed_cameras = True
+        else:
+            if not options.vlm_path:
+                raise ValueError(
+                    "'model.smolvla.vlm_path' is required: a SmolVLM directory (config, "
+                    "tokenizer; weights optional), or set model.init_from to a LeRobot SmolVLA "
+                    "pretrained_model directory"
+                )
+            vlm_path = str(Path(options.vlm_path).expanduser())
+            base = SmolVLAConfig(
+                vlm_path=vlm_path,
+                vlm_config=_vlm_config(vlm_path),
+                vlm_model_name=vlm_path,
+                load_vlm_weights=bool(self._vlm_weight_files(vlm_path)),
+            )
+            fixed_cameras = False
+        cameras, sources = _camera_wiring(
+            list(base.cameras), dict(options.cameras), spec, fixed_cameras
+        )
+        shapes = [
+            spec.camera_shapes[src]
+            if src
+            else (base.camera_shapes[i] if fixed_cameras else (3, 480, 640))
+            for i, src in enumerate(sources)
+        ]
+        chunk = spec.chunk_size
+        fields = {
+            **given,
+            "cameras": tuple(cameras),
+            "camera_sources": tuple(sources),
+            "camera_shapes": tuple(tuple(s) for s in shapes),
+            "state_dim": spec.state_dim,
+            "action_dim": spec.action_dim,
+            "chunk_size": chunk,
+            "n_action_steps": min(base.n_action_steps, chunk) if fixed_cameras else chunk,
+            "vlm_dtype": "float32",  # trained weights are fp32 masters (train.precision: bf16)
+        }
+        if "resize_imgs_with_padding" in fields:
+            fields["resize_imgs_with_padding"] = tuple(fields["resize_imgs_with_padding"])
+        return dataclasses.replace(base, **fields)
+
+    def processor(self, config: SmolVLAConfig, normalizer: Normalizer) -> SmolVLAProcessor:
+        return SmolVLAProcessor(config, normalizer)
+
+    # --- weights -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _vlm_weight_files(vlm_path: str) -> list[Path]:
+        return sorted(Path(vlm_path).expanduser().glob("*.safetensors"))
+
+    def load_base_weights(self, model: SmolVLA, config: SmolVLAConfig) -> list[str]:
+        """The SmolVLM's own weights from `vlm_path` (one or several safetensors files), under
+        `transformers`' names; text layers past `num_vlm_layers` are not used. Returns the
+        parameters loaded."""
+        files = self._vlm_weight_files(config.vlm_path) if config.load_vlm_weights else []
+        if not files or config.lerobot_extra:  # a LeRobot checkpoint brings every weight
+            return []
+        own = model.state_dict()
+        names = {}
+        for name in own:
+            key = lerobot_io.to_lerobot_key(name, config, len(model.layers))
+            if key.startswith("model.vlm_with_expert.vlm."):
+                names[key.removeprefix("model.vlm_with_expert.vlm.")] = name
+        loaded = []
+        with torch.no_grad():
+            for file in files:
+                with safe_open(str(file), framework="pt") as f:
+                    for key in f.keys():
+                        if key in names:
+                            own[names[key]].copy_(f.get_tensor(key))
+                            loaded.append(names[key])
+        missing = sorted(set(names.values()) - set(loaded))
+        if missing:
+            raise ValueError(
+                f"{config.vlm_path}: its safetensors lack {len(missing)} VLM weights, e.g. "
+                f"{missing[:3]}"
+            )
+        return loaded
+
+    def checkpoint_keys(self, path: str | Path, model: SmolVLA) -> dict[str, str] | None:
+        """LeRobot's names for our parameters when `path` is a LeRobot policy directory."""
+        if lerobot_io.is_lerobot_dir(path):
+            return lerobot_io.key_map(model, model.config)
+        return None
+
+    # --- policies ------------------------------------------------------------------------------
+
+    def export_assets(self, config: SmolVLAConfig, out_dir: Path) -> SmolVLAConfig:
+        """Copy the VLM's config/tokenizer/processor files into the policy (`vlm/`), so it loads
+        on a machine without the training run's VLM directory."""
+        target = Path(out_dir) / VLM_DIR
+        target.mkdir(parents=True, exist_ok=True)
+        for file in Path(config.vlm_path).iterdir():
+            if file.is_file() and VLM_ASSETS.match(file.name):
+                shutil.copy2(file, target / file.name)
+        return dataclasses.replace(config, vlm_path=VLM_DIR)
+
+    def config_from_dict(self, data: dict[str, Any], base_dir: Path | None = None) -> SmolVLAConfig:
+        config = SmolVLAConfig.from_dict(data)
+        if base_dir is not None and not Path(config.vlm_path).is_absolute():
+            config = dataclasses.replace(config, vlm_path=str(Path(base_dir) / config.vlm_path))
+        return config
+
+    def read_foreign(self, path: Path) -> PolicyFiles | None:
+        """A LeRobot SmolVLA `pretrained_model/` directory, or None if `path` is not one."""
+        path = Path(path)
+        if not lerobot_io.is_lerobot_dir(path):
+            return None
+        data = json.loads((path / lerobot_io.CONFIG).read_text())
+        if data.get("type") != "smolvla":
+            return None
+        config = lerobot_io.config_from_lerobot(data, path)
+        stats = lerobot_io.read_stats(path)
+        normalizer = lerobot_io.normalizer_from_stats(
+            stats, config.norm_map, str(path / lerobot_io.POST_STATS)
+        )
+        return self._lerobot_files(path, config, normalizer)
+
+    def _lerobot_files(
+        self, path: Path, config: SmolVLAConfig, normalizer: Normalizer
+    ) -> PolicyFiles:
+        with torch.device("meta"):
+            skeleton = SmolVLA(config)
+        theirs = load_file(str(path / lerobot_io.WEIGHTS))
+        mapping = lerobot_io.key_map(skeleton, config)
+        missing = sorted(set(mapping.values()) - set(theirs))
+        unexpected = sorted(set(theirs) - set(mapping.values()))
+        if missing or unexpected:
+            raise ValueError(
+                f"{path / lerobot_io.WEIGHTS}: does not fit SmolVLA built from its config.json "
+                f"(missing {missing[:4]}, unexpected {unexpected[:4]})"
+            )
+        state = {ours: theirs[key] for ours, key in mapping.items()}
+        spec = DataSpec(
+            camera_shapes={
+                src: tuple(shape)
+                for src, shape in zip(config.camera_sources, config.camera_shapes, strict=True)
+                if src
+            },
+            state_dim=config.state_dim,
+            action_dim=config.action_dim,
+            chunk_size=config.chunk_size,
+        )
+        return PolicyFiles(state, config, spec, normalizer)
+
+    def write_foreign(
+        self,
+        fmt: str,
+        out_dir: Path,
+        state: dict[str, torch.Tensor],
+        config: SmolVLAConfig,
+        normalizer: Normalizer,
+    ) -> Path:
+        """LeRobot's `pretrained_model/` layout: what `SmolVLAPolicy.from_pretrained` and
+        `make_pre_post_processors(pretrained_path=...)` load."""
+        if fmt != "lerobot":
+            raise ValueError(
+                f"model type 'smolvla' exports formats {self.foreign_formats}, not {fmt!r}"
+            )
+        with torch.device("meta"):
+            skeleton = SmolVLA(config)
+        mapping = lerobot_io.key_map(skeleton, config)
+        theirs = {mapping[name]: tensor for name, tensor in state.items()}
+        # Our dataset cameras take the model's camera names; state and action keep theirs.
+        stats = {}
+        for cam, src in zip(config.cameras, config.camera_sources, strict=True):
+            if src in normalizer.stats:
+                stats[cam] = normalizer.stats[src]
+            elif cam in normalizer.stats:
+                stats[cam] = normalizer.stats[cam]
+        for feature in (STATE, ACTION):
+            stats[feature] = normalizer.stats.get(feature) or _affine_stats(normalizer, feature)
+        config = dataclasses.replace(config, norm_map=lerobot_io.norm_map_for(normalizer))
+        return lerobot_io.write_lerobot_dir(out_dir, theirs, config, stats)
+
+
+def _affine_stats(normalizer: Normalizer, feature: str) -> dict[str, np.ndarray]:
+    """Statistics that reproduce a normaliser saved without raw stats (mean/std maps only)."""
+    if normalizer.modes[feature] != "mean_std":
+        raise ValueError(
+            f"the policy's normaliser keeps no raw statistics for {feature!r} and its mode "
+            f"{normalizer.modes[feature]!r} cannot be written as LeRobot stats"
+        )
+    return {"mean": normalizer.shift[feature], "std": normalizer.scale[feature]}
+
+
+FAMILY = SmolVLAFamily()

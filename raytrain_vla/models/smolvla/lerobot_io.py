@@ -1,0 +1,309 @@
+"""LeRobot's SmolVLA policy directory (`pretrained_model/`), read and written.
+
+    config.json                      LeRobot's SmolVLAConfig (draccus JSON, "type": "smolvla")
+    model.safetensors                weights under LeRobot's names ("model.vlm_with_expert...")
+    policy_preprocessor.json         rename, batch, newline, tokenizer, device, normalizer steps
+    policy_preprocessor_step_5_normalizer_processor.safetensors     dataset stats "<feature>.<stat>"
+    policy_postprocessor.json        unnormalizer, device steps
+    policy_postprocessor_step_0_unnormalizer_processor.safetensors  the same stats
+
+Our parameter names map one to one onto LeRobot's (`to_lerobot_key`); the statistics travel in
+`Normalizer.stats`, so a LeRobot directory read and written again is equal tensor for tensor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from raytrain_vla.data.normalize import ACTION, STATE, Normalizer
+from raytrain_vla.models.smolvla.config import SmolVLAConfig
+from raytrain_vla.models.smolvla.model import expert_layer_index
+
+CONFIG, WEIGHTS = "config.json", "model.safetensors"
+PRE, POST = "policy_preprocessor.json", "policy_postprocessor.json"
+PRE_STATS = "policy_preprocessor_step_5_normalizer_processor.safetensors"
+POST_STATS = "policy_postprocessor_step_0_unnormalizer_processor.safetensors"
+NORMALIZER_EPS = 1e-8  # LeRobot's NormalizerProcessorStep default
+# Our normaliser's mode for each LeRobot mode (state and action).
+MODE_FROM_LEROBOT = {
+    "MEAN_STD": "mean_std",
+    "MIN_MAX": "min_max",
+    "QUANTILES": "quantile",
+    "QUANTILE10": "quantile10",
+}
+MODE_TO_LEROBOT = {v: k for k, v in MODE_FROM_LEROBOT.items()}
+# LeRobot config keys our config holds under the same name.
+_SHARED = [
+    f.name
+    for f in dataclasses.fields(SmolVLAConfig)
+    if f.name
+    not in {
+        "vlm_path", "vlm_config", "cameras", "camera_sources", "camera_shapes", "state_dim",
+        "action_dim", "norm_map", "vlm_dtype", "lerobot_extra", "vlm_model_name",
+    }
+]  # fmt: skip
+# Keys that would change the numbers in ways this implementation does not reproduce.
+_REFUSED = {
+    "adapt_to_pi_aloha": False,
+    "use_delta_joint_actions_aloha": False,
+    "rtc_config": None,
+    "n_obs_steps": 1,
+}
+
+
+def is_lerobot_dir(path: str | Path) -> bool:
+    path = Path(path).expanduser()
+    try:
+        data = json.loads((path / CONFIG).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "type" in data and "format" not in data
+
+
+def resolve_vlm(name: str, policy_dir: Path) -> Path:
+    """LeRobot resolves a relative `vlm_model_name` against the working directory; failing
+    that we look inside and next to the policy directory. Hub ids need a local download."""
+    for candidate in (Path(name).expanduser(), policy_dir / name, policy_dir.parent / name):
+        if (candidate / "config.json").is_file():
+            return candidate.resolve()
+    raise FileNotFoundError(
+        f"{policy_dir / CONFIG}: vlm_model_name {name!r} is not a local directory (looked in the "
+        f"working directory, in {policy_dir} and next to it); download it first, e.g. "
+        f"`huggingface-cli download {name} --local-dir DIR`, and set model.smolvla.vlm_path=DIR"
+    )
+
+
+def config_from_lerobot(
+    data: dict[str, Any], policy_dir: Path, vlm_path: str | Path | None = None
+) -> SmolVLAConfig:
+    """Our config from LeRobot's `config.json`; cameras map to themselves."""
+    source = policy_dir / CONFIG
+    if data.get("type") != "smolvla":
+        raise ValueError(f"{source}: policy type {data.get('type')!r}, expected 'smolvla'")
+    for key, expected in _REFUSED.items():
+        if data.get(key, expected) != expected:
+            raise ValueError(
+                f"{source}: {key}={data[key]!r} is not supported (expected {expected!r})"
+            )
+    vlm_dir = Path(vlm_path) if vlm_path else resolve_vlm(data["vlm_model_name"], policy_dir)
+    vlm_config = json.loads((Path(vlm_dir) / "config.json").read_text())
+    features = data["input_features"]
+    cameras = [k for k, f in features.items() if f["type"] == "VISUAL"]
+    cameras += [f"observation.images.empty_camera_{i}" for i in range(data.get("empty_cameras", 0))]
+    shapes = [tuple(features[k]["shape"]) if k in features else (3, 480, 640) for k in cameras]
+    state = [f for f in features.values() if f["type"] == "STATE"]
+    action = data["output_features"][ACTION]
+    shared = {k: data[k] for k in _SHARED if k in data}
+    extra = {k: v for k, v in data.items() if k not in _SHARED and k != "vlm_model_name"}
+    weights_in_vlm = bool(data.get("load_vlm_weights", False))
+    return SmolVLAConfig.from_dict(
+        {
+            **shared,
+            "vlm_path": str(vlm_dir),
+            "vlm_config": vlm_config,
+            "vlm_model_name": data["vlm_model_name"],
+            "cameras": cameras,
+            "camera_sources": [k if k in features else "" for k in cameras],
+            "camera_shapes": shapes,
+            "state_dim": int(state[0]["shape"][0]) if state else 0,
+            "action_dim": int(action["shape"][0]),
+            "norm_map": dict(data["normalization_mapping"]),
+            "vlm_dtype": "bfloat16" if weights_in_vlm else "float32",
+            "lerobot_extra": extra,
+        }
+    )
+
+
+def config_to_lerobot(config: SmolVLAConfig) -> dict[str, Any]:
+    """LeRobot's `config.json` for `config` (its own keys, in its order when we read one)."""
+    shared = {k: getattr(config, k) for k in _SHARED}
+    features = {
+        cam: {"type": "VISUAL", "shape": list(shape)}
+        for cam, shape in zip(config.cameras, config.camera_shapes, strict=True)
+        if not cam.startswith("observation.images.empty_camera_")
+    }
+    features[STATE] = {"type": "STATE", "shape": [config.state_dim]}
+    ours = {
+        **shared,
+        "type": "smolvla",
+        "input_features": features,
+        "output_features": {ACTION: {"type": "ACTION", "shape": [config.action_dim]}},
+        "normalization_mapping": dict(config.norm_map),
+        "vlm_model_name": config.vlm_model_name or config.vlm_path,
+        "resize_imgs_with_padding": list(config.resize_imgs_with_padding),
+    }
+    template = dict(config.lerobot_extra) or {"type": "smolvla"}
+    out = {k: ours.get(k, v) for k, v in template.items()}
+    out.update({k: v for k, v in ours.items() if k not in out})
+    return json.loads(json.dumps(out))  # tuples become lists
+
+
+def to_lerobot_key(name: str, config: SmolVLAConfig, num_expert_layers: int) -> str:
+    """Our parameter name -> LeRobot's `model.safetensors` key."""
+    joint = re.match(r"^layers\.(\d+)\.(vlm|expert)\.(.*)$", name)
+    if joint:
+        depth, half, rest = int(joint.group(1)), joint.group(2), joint.group(3)
+        if half == "vlm":
+            return f"model.vlm_with_expert.vlm.model.text_model.layers.{depth}.{rest}"
+        index = expert_layer_index(config, depth, num_expert_layers)
+        return f"model.vlm_with_expert.lm_expert.layers.{index}.{rest}"
+    if name.startswith(("vlm.", "lm_expert.")):
+        return f"model.vlm_with_expert.{name}"
+    return f"model.{name}"
+
+
+def key_map(model: torch.nn.Module, config: SmolVLAConfig) -> dict[str, str]:
+    """{our name: LeRobot key} for every entry of the model's state dict."""
+    experts = sum(layer.expert is not None for layer in model.layers)
+    return {name: to_lerobot_key(name, config, experts) for name in model.state_dict()}
+
+
+def read_stats(policy_dir: Path) -> dict[str, dict[str, np.ndarray]]:
+    """The postprocessor's statistics as stored (the preprocessor's are the same with visual
+    (C,) vectors reshaped to (C, 1, 1))."""
+    flat = load_file(str(policy_dir / POST_STATS))
+    stats: dict[str, dict[str, np.ndarray]] = {}
+    for key, tensor in flat.items():
+        feature, stat = key.rsplit(".", 1)
+        stats.setdefault(feature, {})[stat] = tensor.numpy().astype(np.float32)
+    return stats
+
+
+def normalizer_from_stats(
+    stats: dict[str, dict[str, np.ndarray]], norm_map: dict[str, str], source: str
+) -> Normalizer:
+    """LeRobot's maps as affine ones: mean/std divides by (std + 1e-8), as LeRobot does."""
+    modes, shift, scale = {}, {}, {}
+    for feature, kind in ((STATE, "STATE"), (ACTION, "ACTION")):
+        mode = norm_map.get(kind, "IDENTITY")
+        if mode not in MODE_FROM_LEROBOT:
+            raise ValueError(f"{source}: normalization {kind}={mode!r} is not supported here")
+        if feature not in stats:
+            raise ValueError(f"{source}: no statistics for {feature!r}")
+        s = stats[feature]
+        if mode == "MEAN_STD":
+            shift[feature] = s["mean"]
+            scale[feature] = (s["std"] + np.float32(NORMALIZER_EPS)).astype(np.float32)
+        else:
+            lo, hi = {"MIN_MAX": ("min", "max"), "QUANTILES": ("q01", "q99")}.get(
+                mode, ("q10", "q90")
+            )
+            spread = s[hi] - s[lo]
+            shift[feature] = (s[hi] + s[lo]) / 2
+            scale[feature] = np.where(spread == 0, NORMALIZER_EPS, spread).astype(np.float32) / 2
+        modes[feature] = MODE_FROM_LEROBOT[mode]
+    return Normalizer(modes, shift, scale, stats)
+
+
+def norm_map_for(normalizer: Normalizer) -> dict[str, str]:
+    return {
+        "VISUAL": "IDENTITY",
+        "STATE": MODE_TO_LEROBOT[normalizer.modes[STATE]],
+        "ACTION": MODE_TO_LEROBOT[normalizer.modes[ACTION]],
+    }
+
+
+def _features(config: SmolVLAConfig) -> dict[str, Any]:
+    return config_to_lerobot(config)["input_features"]
+
+
+def processor_files(config: SmolVLAConfig) -> tuple[dict, dict]:
+    """LeRobot's pre/post-processor JSON for `config` (`make_smolvla_pre_post_processors`)."""
+    features = {**_features(config), ACTION: {"type": "ACTION", "shape": [config.action_dim]}}
+    norm_map = dict(config.norm_map)
+    device = config.lerobot_extra.get("device") or "cpu"
+    pre = {
+        "name": "policy_preprocessor",
+        "steps": [
+            {"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
+            {"registry_name": "to_batch_processor", "config": {}},
+            {"registry_name": "smolvla_new_line_processor", "config": {}},
+            {
+                "registry_name": "tokenizer_processor",
+                "config": {
+                    "max_length": config.tokenizer_max_length,
+                    "task_key": "task",
+                    "padding_side": "right",
+                    "padding": config.pad_language_to,
+                    "truncation": True,
+                    "tokenizer_name": config.vlm_model_name or config.vlm_path,
+                },
+            },
+            {
+                "registry_name": "device_processor",
+                "config": {"device": device, "float_dtype": None},
+            },
+            {
+                "registry_name": "normalizer_processor",
+                "config": {"eps": NORMALIZER_EPS, "features": features, "norm_map": norm_map},
+                "state_file": PRE_STATS,
+            },
+        ],
+    }
+    post = {
+        "name": "policy_postprocessor",
+        "steps": [
+            {
+                "registry_name": "unnormalizer_processor",
+                "config": {
+                    "eps": NORMALIZER_EPS,
+                    "features": {ACTION: features[ACTION]},
+                    "norm_map": norm_map,
+                },
+                "state_file": POST_STATS,
+            },
+            {"registry_name": "device_processor", "config": {"device": "cpu", "float_dtype": None}},
+        ],
+    }
+    return pre, post
+
+
+def _flat_stats(stats: dict[str, dict[str, np.ndarray]], visual: set[str]) -> dict:
+    flat = {}
+    for feature, s in stats.items():
+        for stat, value in s.items():
+            tensor = torch.from_numpy(np.ascontiguousarray(value, dtype=np.float32))
+            if feature in visual and tensor.ndim == 1:  # LeRobot's _reshape_visual_stats
+                tensor = tensor.reshape(-1, 1, 1)
+            flat[f"{feature}.{stat}"] = tensor
+    return flat
+
+
+def write_lerobot_dir(
+    out_dir: Path,
+    lerobot_state: dict[str, torch.Tensor],
+    config: SmolVLAConfig,
+    stats: dict[str, dict[str, np.ndarray]],
+) -> Path:
+    """Write into a staging sibling, then swap it in (nothing half-written is ever visible)."""
+    out_dir = Path(out_dir)
+    staging = out_dir.with_name(f".{out_dir.name}.staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    save_file({k: v.contiguous() for k, v in lerobot_state.items()}, str(staging / WEIGHTS))
+    (staging / CONFIG).write_text(json.dumps(config_to_lerobot(config), indent=4))
+    pre, post = processor_files(config)
+    (staging / PRE).write_text(json.dumps(pre, indent=2))
+    (staging / POST).write_text(json.dumps(post, indent=2))
+    visual = {cam for cam in stats if cam.startswith("observation.image")}
+    save_file(_flat_stats(stats, visual), str(staging / PRE_STATS))
+    save_file(_flat_stats(stats, set()), str(staging / POST_STATS))
+    if out_dir.exists():
+        old = out_dir.with_name(f".{out_dir.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(out_dir, old)
+        os.replace(staging, out_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(staging, out_dir)
+    return out_dir
