@@ -112,14 +112,18 @@ class Policy:
     def predict_action_chunk(self, batch: dict, noise: torch.Tensor | None = None) -> torch.Tensor:
         """LeRobot's batch in, (B, chunk, action_dim) actions in the robot's units out.
 
-        `batch`: each camera (B, 3, H, W) float in [0, 1] (or uint8) under its key, 'observation.state'
-        (B, S) in the robot's units, 'task' a list of B strings. `noise` (B, *noise_shape) is used
-        as given (LeRobot's `predict_action_chunk(batch, noise=...)`), else drawn from the
-        policy's generator."""
-        missing = [k for k in [*self.camera_keys, STATE, "task"] if k not in batch]
-        if missing:
-            raise ValueError(f"batch is missing {missing}")
-        cols = {f"image/{k}": _numpy(batch[k]) for k in self.camera_keys}
+        `batch`: cameras (B, 3, H, W) float in [0, 1] (or uint8) under their keys, 'observation.state'
+        (B, S) in the robot's units, 'task' a list of B strings. As in LeRobot, a camera left out
+        is skipped (the family decides; SmolVLA may substitute an empty image). `noise`
+        (B, *noise_shape) is used as given (LeRobot's `predict_action_chunk(batch, noise=...)`),
+        else drawn from the policy's generator."""
+        missing = [k for k in (STATE, "task") if k not in batch]
+        if missing or not any(k in batch for k in self.camera_keys):
+            raise ValueError(
+                f"batch is missing {missing or 'every camera'}; expected {STATE!r}, 'task' and "
+                f"cameras among {self.camera_keys}"
+            )
+        cols = {f"image/{k}": _numpy(batch[k]) for k in self.camera_keys if k in batch}
         cols["state"] = _numpy(batch[STATE]).astype(np.float32)
         cols["task"] = np.array([str(t) for t in batch["task"]], dtype=object)
         model_batch = self.processor.collate(self.processor.encode(cols), "cpu")

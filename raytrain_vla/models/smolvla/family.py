@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +26,6 @@ ARCHITECTURE = (
     "num_vlm_layers", "num_expert_layers", "expert_width_multiplier", "self_attn_every_n_layers",
     "attention_mode", "max_state_dim", "max_action_dim",
 )  # fmt: skip
-VLM_ASSETS = re.compile(r".*\.(json|jinja|txt|model)$")  # config, tokenizer, processor files
 VLM_DIR = "vlm"  # inside an exported policy
 
 
@@ -145,6 +142,12 @@ class SmolVLAFamily(ModelFamily):
         return dataclasses.replace(base, **fields)
 
     def processor(self, config: SmolVLAConfig, normalizer: Normalizer) -> SmolVLAProcessor:
+        """Normalisation as LeRobot computes it from the same statistics (mean/std divides by
+        std + 1e-8), so LeRobot runs a LeRobot-format export on exactly the inputs we trained on."""
+        if STATE in normalizer.stats and ACTION in normalizer.stats:
+            normalizer = lerobot_io.normalizer_from_stats(
+                normalizer.stats, lerobot_io.norm_map_for(normalizer), "the dataset's stats"
+            )
         return SmolVLAProcessor(config, normalizer)
 
     # --- weights -------------------------------------------------------------------------------
@@ -193,11 +196,7 @@ class SmolVLAFamily(ModelFamily):
     def export_assets(self, config: SmolVLAConfig, out_dir: Path) -> SmolVLAConfig:
         """Copy the VLM's config/tokenizer/processor files into the policy (`vlm/`), so it loads
         on a machine without the training run's VLM directory."""
-        target = Path(out_dir) / VLM_DIR
-        target.mkdir(parents=True, exist_ok=True)
-        for file in Path(config.vlm_path).iterdir():
-            if file.is_file() and VLM_ASSETS.match(file.name):
-                shutil.copy2(file, target / file.name)
+        lerobot_io.copy_vlm_assets(Path(config.vlm_path), Path(out_dir) / VLM_DIR)
         return dataclasses.replace(config, vlm_path=VLM_DIR)
 
     def config_from_dict(self, data: dict[str, Any], base_dir: Path | None = None) -> SmolVLAConfig:

@@ -72,10 +72,17 @@ def is_lerobot_dir(path: str | Path) -> bool:
 
 def resolve_vlm(name: str, policy_dir: Path) -> Path:
     """LeRobot resolves a relative `vlm_model_name` against the working directory; failing
-    that we look inside and next to the policy directory. Hub ids need a local download."""
+    that we look inside and next to the policy directory, then in the Hugging Face cache (a
+    hub id downloaded before; nothing is fetched)."""
     for candidate in (Path(name).expanduser(), policy_dir / name, policy_dir.parent / name):
         if (candidate / "config.json").is_file():
             return candidate.resolve()
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(repo_id=name, local_files_only=True))
+    except Exception:  # not a hub id, or not in the cache: say where we looked
+        pass
     raise FileNotFoundError(
         f"{policy_dir / CONFIG}: vlm_model_name {name!r} is not a local directory (looked in the "
         f"working directory, in {policy_dir} and next to it); download it first, e.g. "
@@ -96,6 +103,7 @@ def config_from_lerobot(
                 f"{source}: {key}={data[key]!r} is not supported (expected {expected!r})"
             )
     vlm_dir = Path(vlm_path) if vlm_path else resolve_vlm(data["vlm_model_name"], policy_dir)
+    renamed = {new: old for old, new in read_rename_map(policy_dir).items()}
     vlm_config = json.loads((Path(vlm_dir) / "config.json").read_text())
     features = data["input_features"]
     cameras = [k for k, f in features.items() if f["type"] == "VISUAL"]
@@ -113,7 +121,7 @@ def config_from_lerobot(
             "vlm_config": vlm_config,
             "vlm_model_name": data["vlm_model_name"],
             "cameras": cameras,
-            "camera_sources": [k if k in features else "" for k in cameras],
+            "camera_sources": [renamed.get(k, k) if k in features else "" for k in cameras],
             "camera_shapes": shapes,
             "state_dim": int(state[0]["shape"][0]) if state else 0,
             "action_dim": int(action["shape"][0]),
@@ -217,15 +225,33 @@ def _features(config: SmolVLAConfig) -> dict[str, Any]:
     return config_to_lerobot(config)["input_features"]
 
 
+def read_rename_map(policy_dir: Path) -> dict[str, str]:
+    """The preprocessor's `rename_map` (dataset key -> the policy's), e.g. a dataset camera
+    wired to one of the model's cameras; {} when there is no preprocessor file."""
+    try:
+        steps = json.loads((policy_dir / PRE).read_text())["steps"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    for step in steps:
+        if step.get("registry_name") == "rename_observations_processor":
+            return dict(step.get("config", {}).get("rename_map", {}))
+    return {}
+
+
 def processor_files(config: SmolVLAConfig) -> tuple[dict, dict]:
     """LeRobot's pre/post-processor JSON for `config` (`make_smolvla_pre_post_processors`)."""
     features = {**_features(config), ACTION: {"type": "ACTION", "shape": [config.action_dim]}}
     norm_map = dict(config.norm_map)
     device = config.lerobot_extra.get("device") or "cpu"
+    renames = {
+        src: cam
+        for cam, src in zip(config.cameras, config.camera_sources, strict=True)
+        if src and src != cam
+    }
     pre = {
         "name": "policy_preprocessor",
         "steps": [
-            {"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
+            {"registry_name": "rename_observations_processor", "config": {"rename_map": renames}},
             {"registry_name": "to_batch_processor", "config": {}},
             {"registry_name": "smolvla_new_line_processor", "config": {}},
             {
@@ -298,6 +324,11 @@ def write_lerobot_dir(
     visual = {cam for cam in stats if cam.startswith("observation.image")}
     save_file(_flat_stats(stats, visual), str(staging / PRE_STATS))
     save_file(_flat_stats(stats, set()), str(staging / POST_STATS))
+    name = config.vlm_model_name or config.vlm_path
+    if not Path(name).is_absolute() and Path(config.vlm_path).is_dir():
+        # A relative VLM path: its config and tokenizer (no weights) go inside, where `policy.load`
+        # looks; LeRobot finds them when run from the directory, as with the fixture's.
+        copy_vlm_assets(Path(config.vlm_path), staging / name)
     if out_dir.exists():
         old = out_dir.with_name(f".{out_dir.name}.old")
         shutil.rmtree(old, ignore_errors=True)
@@ -307,3 +338,13 @@ def write_lerobot_dir(
     else:
         os.replace(staging, out_dir)
     return out_dir
+
+
+VLM_ASSETS = re.compile(r".*\.(json|jinja|txt|model)$")  # config, tokenizer, processor files
+
+
+def copy_vlm_assets(vlm_dir: Path, target: Path) -> None:
+    target.mkdir(parents=True, exist_ok=True)
+    for file in vlm_dir.iterdir():
+        if file.is_file() and VLM_ASSETS.match(file.name):
+            shutil.copy2(file, target / file.name)

@@ -68,6 +68,9 @@ class SmolVLA(VLAModel):
         text_model = self.vlm.model.text_model
         vlm_layers = list(text_model.layers[: config.num_vlm_layers])
         text_model.layers = nn.ModuleList()  # they live in the joint layers
+        # RoPE is LeRobot's own (base 10000, `layers.apply_rope`); transformers' rotary tables
+        # would only be unused non-persistent buffers.
+        text_model.rotary_emb = None
 
         expert_config = copy.deepcopy(text)
         hidden = int(text.hidden_size * config.expert_width_multiplier)
@@ -85,6 +88,7 @@ class SmolVLA(VLAModel):
         expert_layers = list(self.lm_expert.layers)
         self.lm_expert.layers = nn.ModuleList()
         self.lm_expert.embed_tokens = None
+        self.lm_expert.rotary_emb = None
         cross = "cross" in config.attention_mode
         every = config.self_attn_every_n_layers
         kv_width = text.num_key_value_heads * text.head_dim

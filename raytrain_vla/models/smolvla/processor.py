@@ -65,7 +65,11 @@ class SmolVLAProcessor(InputProcessor):
     def encode(
         self, cols: dict[str, np.ndarray], augment: ImageHook | None = None
     ) -> dict[str, np.ndarray]:
-        images = {src: cols[f"image/{src}"] for src in self.camera_keys}
+        # LeRobot's rule: a camera absent from the batch is skipped (or, up to `empty_cameras`,
+        # replaced by an empty image); at least one must be there.
+        images = {src: cols[f"image/{src}"] for src in self.camera_keys if f"image/{src}" in cols}
+        if not images:
+            raise ValueError(f"no camera in the batch; the policy reads {self.camera_keys}")
         if augment is not None:
             images = augment(images)
         out: dict[str, np.ndarray] = {f"image/{k}": v for k, v in images.items()}
@@ -92,10 +96,11 @@ class SmolVLAProcessor(InputProcessor):
             return torch.from_numpy(np.array(x)).to(device, non_blocking=True)
 
         images, masks = {}, {}
-        for cam, src in self.sources.items():
+        present = {cam: src for cam, src in self.sources.items() if f"image/{src}" in cols}
+        for cam, src in present.items():
             images[cam] = self.prepare_image(t(cols[f"image/{src}"]))
             masks[cam] = torch.ones(images[cam].shape[0], dtype=torch.bool, device=device)
-        missing = [cam for cam in self.config.cameras if cam not in self.sources]
+        missing = [cam for cam in self.config.cameras if cam not in present]
         for cam in missing[: self.config.empty_cameras]:  # LeRobot: present first, then empties
             images[cam] = torch.full_like(next(iter(images.values())), -1.0)
             masks[cam] = torch.zeros_like(next(iter(masks.values())))
