@@ -267,6 +267,12 @@ def validate(cfg: Config) -> None:
             f"bad value for 'eval.n_action_steps': {cfg.eval.n_action_steps}, expected at most "
             f"data.chunk_size ({cfg.data.chunk_size})"
         )
+    lora = cfg.model.lora
+    if lora.r < 0 or lora.alpha <= 0 or not 0.0 <= lora.dropout < 1.0 or not lora.target_modules:
+        raise ConfigError(
+            f"bad value for 'model.lora': {lora}; expected r >= 0, alpha > 0, dropout in [0, 1) "
+            "and at least one target module"
+        )
     names = [g.name for g in cfg.optimizer.groups]
     if len(set(names)) != len(names) or any(not n for n in names):
         raise ConfigError(

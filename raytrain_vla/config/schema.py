@@ -94,12 +94,25 @@ class SmolVLAOptions:
     train_state_proj: bool | None = None  # true
 
 
+@dataclass(frozen=True)
+class LoRAConfig:
+    """`model.lora`: low-rank adapters (peft) on the VLM's text layers; r = 0 is off. Only the
+    adapters, the action expert and what else is unfrozen train and are checkpointed; exports
+    merge the adapters, so they load without peft."""
+
+    r: int = 0
+    alpha: float = 16.0
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] = ("q_proj", "v_proj")  # module names in a text layer
+
+
 @dataclass
 class ModelConfig:
     # The model family (models/registry.py); its options are the section of the same name.
     type: Literal["flow_vla", "smolvla"] = "flow_vla"
     flow_vla: FlowVLAOptions = field(default_factory=FlowVLAOptions)
     smolvla: SmolVLAOptions = field(default_factory=SmolVLAOptions)
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
     # Start from a pretrained policy: an exported policy directory, a LeRobot policy directory
     # (`pretrained_model/`, for smolvla) or a .safetensors file.
     init_from: str = ""

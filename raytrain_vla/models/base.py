@@ -116,6 +116,11 @@ class VLAModel(nn.Module, ABC):
         """The modules to `fully_shard`, in forward order: the repeated blocks and any other
         large submodule. The trainer shards the root last."""
 
+    def fresh_parameters(self) -> set[str]:
+        """Parameters no pretrained checkpoint holds (e.g. LoRA adapters): `model.init_from`
+        leaves them as initialised."""
+        return set()
+
     def frozen_parameters(self) -> set[str]:
         """Parameters the model's own config keeps frozen (e.g. LeRobot's freezing options);
         the trainer adds the roles `optimizer.freeze_roles` names."""
@@ -155,15 +160,19 @@ class ModelFamily(ABC):
     model_type: ClassVar[type[VLAModel]]
     # Other projects' policy formats the family reads (`read_foreign`) and writes.
     foreign_formats: ClassVar[tuple[str, ...]] = ()
+    supports_lora: ClassVar[bool] = False  # `model.lora` (LoRA adapters)
 
     @property
     def roles(self) -> tuple[str, ...]:
         return tuple(self.model_type.ROLE_PREFIXES)
 
     @abstractmethod
-    def resolve_config(self, options: Any, spec: DataSpec, init_from: str = "") -> FamilyConfig:
-        """The typed model config from the family's options (`model.<name>`), the data and,
-        for families that read other formats, the checkpoint `model.init_from` names."""
+    def resolve_config(
+        self, options: Any, spec: DataSpec, init_from: str = "", lora: Any = None
+    ) -> FamilyConfig:
+        """The typed model config from the family's options (`model.<name>`), the data, the
+        checkpoint `model.init_from` names (families that read other formats) and `model.lora`
+        (families that support it)."""
 
     def build(self, config: FamilyConfig) -> VLAModel:
         """A freshly initialised model (random under the caller's RNG); works on `meta`."""
@@ -186,6 +195,12 @@ class ModelFamily(ABC):
         """{our parameter name: key in the file} for a `model.init_from` in another project's
         format; None when the names are ours."""
         return None
+
+    def policy_state(
+        self, state: dict[str, torch.Tensor], config: FamilyConfig
+    ) -> tuple[dict[str, torch.Tensor], FamilyConfig]:
+        """The weights and config a policy is written with (e.g. LoRA adapters merged)."""
+        return state, config
 
     def export_assets(self, config: FamilyConfig, out_dir: Path) -> FamilyConfig:
         """Copy the files the config refers to into a policy directory; the config to store."""

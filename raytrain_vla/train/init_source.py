@@ -35,12 +35,17 @@ def weights_file(path: str | Path) -> Path:
 
 @torch.no_grad()
 def load_pretrained(
-    model: nn.Module, path: str | Path, allow: list[str], file_keys: dict[str, str] | None = None
+    model: nn.Module,
+    path: str | Path,
+    allow: list[str],
+    file_keys: dict[str, str] | None = None,
+    fresh: set[str] = frozenset(),
 ) -> list[str]:
     """Copy matching tensors into `model`, one at a time; return the keys left as initialised.
-    `file_keys` maps our parameter names to the file's (another project's checkpoint)."""
+    `file_keys` maps our parameter names to the file's (another project's checkpoint); `fresh`
+    parameters (e.g. LoRA adapters) are in no checkpoint and keep their initialisation."""
     file = weights_file(path)
-    own = model.state_dict()
+    own = {k: v for k, v in model.state_dict().items() if k not in fresh}
     if file_keys is not None:  # address our tensors by the file's names
         own = {file_keys.get(k, k): v for k, v in own.items()}
     allowed = [re.compile(p) for p in allow]
@@ -81,5 +86,5 @@ def build_init_source(
     family.load_base_weights(model, config)
     if init_from:
         keys = family.checkpoint_keys(init_from, model)
-        load_pretrained(model, init_from, list(init_allow), keys)
+        load_pretrained(model, init_from, list(init_allow), keys, model.fresh_parameters())
     return model

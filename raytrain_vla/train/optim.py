@@ -64,6 +64,8 @@ def check_roles(cfg: OptimizerConfig, roles: tuple[str, ...], model_type: str) -
 def check_model_options(cfg: Config) -> None:
     """On the driver, before Ray starts: the roles a config names exist in its model family."""
     family = get_family(cfg.model.type)
+    if cfg.model.lora.r and not family.supports_lora:
+        raise ConfigError(f"'model.lora.r': model type {family.name!r} has no LoRA support")
     try:
         check_roles(cfg.optimizer, family.roles, family.name)
     except ValueError as err:

@@ -81,7 +81,7 @@ class Trainer:
         torch.manual_seed(cfg.train.seed)  # the same global RNG stream on every rank
         self.family = get_family(cfg.model.type)
         self.model_config = self.family.resolve_config(
-            family_options(cfg.model), self.view.spec, cfg.model.init_from
+            family_options(cfg.model), self.view.spec, cfg.model.init_from, cfg.model.lora
         )
         self.processor = self.family.processor(self.model_config, self.view.normalizer)
         self.policy_meta = PolicyMeta(

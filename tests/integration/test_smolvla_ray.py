@@ -97,3 +97,48 @@ def test_lerobot_format_export_predicts_what_our_export_predicts(reference, tmp_
     expected = ours.predict_action_chunk(batch, noise=noise)
     assert expected.shape == (2, 50, 2)
     assert torch.equal(theirs.predict_action_chunk(batch, noise=noise), expected)
+
+
+LORA = ("--model.lora.r=4", "--model.lora.alpha=8")
+
+
+@pytest.fixture(scope="module")
+def lora_reference(demo_root, tmp_path_factory):
+    storage = tmp_path_factory.mktemp("smolvla_lora")
+    assert run.main(smolvla_args(demo_root, storage, "lora", *LORA)) == 0
+    return storage / "lora"
+
+
+def test_lora_trains_adapters_resumes_bitwise_and_exports_merged(
+    lora_reference, reference, demo_root, tmp_path
+):
+    args = smolvla_args(demo_root, tmp_path, "lora_killed", *LORA, "--ray.max_failures=1")
+    assert run.main([*args, "--debug.kill_at_step=4", "--debug.kill_rank=0"]) == 0
+    run_dir = tmp_path / "lora_killed"
+    assert committed_ids(run_dir) == committed_ids(lora_reference)
+    stored = stored_model_keys(latest_checkpoint(run_dir))
+    adapters = {k for k in stored if ".lora_" in k}
+    assert adapters and all(".vlm.self_attn." in k for k in adapters)
+    assert not any(".base_layer." in k or k.startswith("vlm.") for k in stored)
+    # The checkpoints are the adapters plus what trains without LoRA.
+    assert stored - adapters == stored_model_keys(latest_checkpoint(reference))
+    ours = load_file(str(run_dir / "export" / "model.safetensors"))
+    theirs = load_file(str(lora_reference / "export" / "model.safetensors"))
+    assert ours.keys() == theirs.keys()
+    assert not any(".lora_" in k or ".base_layer." in k for k in ours)  # merged: no peft needed
+    for key in ours:
+        np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
+    # The adapters trained: merged VLM weights moved away from LeRobot's.
+    pretrained = fixtures_root() / "lerobot_smolvla_tiny" / "pretrained_model"
+    start = policy.load(pretrained).model.state_dict()
+    moved = [
+        k
+        for k in ours
+        if ".vlm.self_attn.v_proj" in k and not np.array_equal(ours[k], start[k].numpy())
+    ]
+    assert moved
+    out = tmp_path / "pretrained_model"
+    assert export.main([str(latest_checkpoint(run_dir)), str(out), "--format", "lerobot"]) == 0
+    exported = load_file(str(out / "model.safetensors"))
+    assert not any("lora" in k or "base_layer" in k for k in exported)
+    assert len(exported) == len(load_file(str(pretrained / "model.safetensors")))

@@ -19,7 +19,7 @@ class FlowVLAFamily(ModelFamily):
     model_type = FlowVLA
 
     def resolve_config(
-        self, options: FlowVLAOptions, spec: DataSpec, init_from: str = ""
+        self, options: FlowVLAOptions, spec: DataSpec, init_from: str = "", lora=None
     ) -> FlowVLAConfig:
         return FlowVLAConfig.resolve(options, spec)
 

@@ -56,6 +56,9 @@ class SmolVLAConfig:
     # The VLM half's parameter dtype at inference: LeRobot runs checkpoints that were built with
     # `load_vlm_weights: true` in bfloat16 (it loads the VLM with torch_dtype="bfloat16").
     vlm_dtype: str = "float32"
+    # LoRA adapters on the VLM text layers (peft): {} is off, else r, alpha, dropout and
+    # target_modules (module names inside a text layer).
+    lora: dict[str, Any] = field(default_factory=dict)
     # LeRobot config keys that do not change the numbers (optimizer presets, hub fields, ...),
     # written back unchanged by a LeRobot-format export.
     lerobot_extra: dict[str, Any] = field(default_factory=dict)

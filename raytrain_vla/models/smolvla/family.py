@@ -12,7 +12,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from raytrain_vla.config.schema import SmolVLAOptions
+from raytrain_vla.config.schema import LoRAConfig, SmolVLAOptions
 from raytrain_vla.data.normalize import ACTION, STATE, Normalizer
 from raytrain_vla.data.spec import DataSpec
 from raytrain_vla.models.base import ModelFamily, PolicyFiles
@@ -75,9 +75,14 @@ class SmolVLAFamily(ModelFamily):
     config_type = SmolVLAConfig
     model_type = SmolVLA
     foreign_formats = ("lerobot",)
+    supports_lora = True
 
     def resolve_config(
-        self, options: SmolVLAOptions, spec: DataSpec, init_from: str = ""
+        self,
+        options: SmolVLAOptions,
+        spec: DataSpec,
+        init_from: str = "",
+        lora: LoRAConfig | None = None,
     ) -> SmolVLAConfig:
         """The LeRobot checkpoint's config when `init_from` is one, else LeRobot's defaults
         over the VLM at `vlm_path`; then the options given and the dataset's shapes."""
@@ -136,7 +141,13 @@ class SmolVLAFamily(ModelFamily):
             "chunk_size": chunk,
             "n_action_steps": min(base.n_action_steps, chunk) if fixed_cameras else chunk,
             "vlm_dtype": "float32",  # trained weights are fp32 masters (train.precision: bf16)
+            "lora": _lora_dict(lora),
         }
+        if fields["lora"] and options.train_expert_only:
+            raise ValueError(
+                "'model.smolvla.train_expert_only' true freezes the whole VLM, but 'model.lora.r' "
+                f"{lora.r} adapts it: leave train_expert_only unset (or false) to train adapters"
+            )
         if "resize_imgs_with_padding" in fields:
             fields["resize_imgs_with_padding"] = tuple(fields["resize_imgs_with_padding"])
         return dataclasses.replace(base, **fields)
@@ -186,10 +197,22 @@ class SmolVLAFamily(ModelFamily):
         return loaded
 
     def checkpoint_keys(self, path: str | Path, model: SmolVLA) -> dict[str, str] | None:
-        """LeRobot's names for our parameters when `path` is a LeRobot policy directory."""
+        """LeRobot's names for our parameters when `path` is a LeRobot policy directory; under
+        LoRA, a wrapped layer's base weight is the plain weight of our (merged) exports."""
         if lerobot_io.is_lerobot_dir(path):
             return lerobot_io.key_map(model, model.config)
+        if model.config.lora:
+            return {name: name.replace(".base_layer.", ".") for name in model.state_dict()}
         return None
+
+    def policy_state(
+        self, state: dict[str, torch.Tensor], config: SmolVLAConfig
+    ) -> tuple[dict[str, torch.Tensor], SmolVLAConfig]:
+        """LoRA adapters merged into their base weights (W + B A alpha / r), so a policy loads
+        without peft and runs at the plain model's cost."""
+        if not config.lora:
+            return state, config
+        return merge_lora(state, config.lora), dataclasses.replace(config, lora={})
 
     # --- policies ------------------------------------------------------------------------------
 
@@ -261,6 +284,7 @@ class SmolVLAFamily(ModelFamily):
             raise ValueError(
                 f"model type 'smolvla' exports formats {self.foreign_formats}, not {fmt!r}"
             )
+        state, config = self.policy_state(state, config)
         with torch.device("meta"):
             skeleton = SmolVLA(config)
         mapping = lerobot_io.key_map(skeleton, config)
@@ -276,6 +300,34 @@ class SmolVLAFamily(ModelFamily):
             stats[feature] = normalizer.stats.get(feature) or _affine_stats(normalizer, feature)
         config = dataclasses.replace(config, norm_map=lerobot_io.norm_map_for(normalizer))
         return lerobot_io.write_lerobot_dir(out_dir, theirs, config, stats)
+
+
+def _lora_dict(lora: LoRAConfig | None) -> dict[str, Any]:
+    if lora is None or not lora.r:
+        return {}
+    return {
+        "r": lora.r,
+        "alpha": lora.alpha,
+        "dropout": lora.dropout,
+        "target_modules": list(lora.target_modules),
+    }
+
+
+def merge_lora(state: dict[str, torch.Tensor], lora: dict[str, Any]) -> dict[str, torch.Tensor]:
+    scale = float(lora["alpha"]) / int(lora["r"])
+    merged = {}
+    for name, tensor in state.items():
+        if ".lora_" in name:
+            continue
+        if ".base_layer." in name:
+            prefix, param = name.split(".base_layer.")
+            if param == "weight":
+                a = state[f"{prefix}.lora_A.default.weight"].float()
+                b = state[f"{prefix}.lora_B.default.weight"].float()
+                tensor = (tensor.float() + (b @ a) * scale).to(tensor.dtype)
+            name = f"{prefix}.{param}"
+        merged[name] = tensor
+    return merged
 
 
 def _affine_stats(normalizer: Normalizer, feature: str) -> dict[str, np.ndarray]:

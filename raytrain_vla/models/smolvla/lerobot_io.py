@@ -49,7 +49,7 @@ _SHARED = [
     if f.name
     not in {
         "vlm_path", "vlm_config", "cameras", "camera_sources", "camera_shapes", "state_dim",
-        "action_dim", "norm_map", "vlm_dtype", "lerobot_extra", "vlm_model_name",
+        "action_dim", "norm_map", "vlm_dtype", "lerobot_extra", "vlm_model_name", "lora",
     }
 ]  # fmt: skip
 # Keys that would change the numbers in ways this implementation does not reproduce.
@@ -157,7 +157,9 @@ def config_to_lerobot(config: SmolVLAConfig) -> dict[str, Any]:
 
 
 def to_lerobot_key(name: str, config: SmolVLAConfig, num_expert_layers: int) -> str:
-    """Our parameter name -> LeRobot's `model.safetensors` key."""
+    """Our parameter name -> LeRobot's `model.safetensors` key (a LoRA-wrapped layer's base
+    weight is the plain layer's)."""
+    name = name.replace(".base_layer.", ".")
     joint = re.match(r"^layers\.(\d+)\.(vlm|expert)\.(.*)$", name)
     if joint:
         depth, half, rest = int(joint.group(1)), joint.group(2), joint.group(3)
@@ -171,9 +173,13 @@ def to_lerobot_key(name: str, config: SmolVLAConfig, num_expert_layers: int) -> 
 
 
 def key_map(model: torch.nn.Module, config: SmolVLAConfig) -> dict[str, str]:
-    """{our name: LeRobot key} for every entry of the model's state dict."""
+    """{our name: LeRobot key} for every entry of the model's state dict but LoRA adapters."""
     experts = sum(layer.expert is not None for layer in model.layers)
-    return {name: to_lerobot_key(name, config, experts) for name in model.state_dict()}
+    return {
+        name: to_lerobot_key(name, config, experts)
+        for name in model.state_dict()
+        if ".lora_" not in name
+    }
 
 
 def read_stats(policy_dir: Path) -> dict[str, dict[str, np.ndarray]]:

@@ -25,7 +25,29 @@ from raytrain_vla.models.smolvla.config import SmolVLAConfig
 from raytrain_vla.models.smolvla.layers import JointLayer, make_att_2d_masks, time_embedding
 
 STATE = "state"  # the state projection: LeRobot's `train_state_proj` freezes it
+LORA = "lora"  # LoRA adapters (`model.lora`)
 _JOINT = re.compile(r"^layers\.\d+\.(vlm|expert)\.")
+VLM_ROLES = {VISION, ADAPTER, LANGUAGE, BACKBONE}
+
+
+def inject_lora(model: nn.Module, lora: dict[str, Any]) -> None:
+    """peft's LoRA layers around the named modules of every VLM text layer, in place.
+
+    peft leaves only the adapters trainable; requires_grad is restored here, since what trains
+    is the model's `frozen_parameters` and the trainer's decision."""
+    from peft import LoraConfig, inject_adapter_in_model  # imported only when LoRA is on
+
+    names = "|".join(re.escape(m) for m in lora["target_modules"])
+    config = LoraConfig(
+        r=int(lora["r"]),
+        lora_alpha=float(lora["alpha"]),
+        lora_dropout=float(lora["dropout"]),
+        target_modules=rf"^layers\.\d+\.vlm\..*\b({names})$",
+        bias="none",
+    )
+    inject_adapter_in_model(config, model)
+    for param in model.parameters():
+        param.requires_grad_(True)
 
 
 def expert_intermediate_size(hidden: int, multiplier: int = 4, multiple_of: int = 256) -> int:
@@ -57,6 +79,7 @@ class SmolVLA(VLAModel):
             "action_time_mlp_out.",
         ),  # plus layers.N.expert.*
         STATE: ("state_proj.",),
+        LORA: (),  # *.lora_A.* / *.lora_B.*
     }  # fmt: skip
 
     def __init__(self, config: SmolVLAConfig):
@@ -115,6 +138,8 @@ class SmolVLA(VLAModel):
         self.action_out_proj = nn.Linear(hidden, config.max_action_dim)
         self.action_time_mlp_in = nn.Linear(hidden * 2, hidden)
         self.action_time_mlp_out = nn.Linear(hidden, hidden)
+        if config.lora:
+            inject_lora(self, config.lora)
         if config.vlm_dtype == "bfloat16":
             self.vlm.to(torch.bfloat16)
             for layer in self.layers:
@@ -124,6 +149,8 @@ class SmolVLA(VLAModel):
 
     @classmethod
     def role_of(cls, param_name: str) -> str:
+        if ".lora_" in param_name:
+            return LORA
         joint = _JOINT.match(param_name)
         if joint:
             return BACKBONE if joint.group(1) == "vlm" else ACTION_EXPERT
@@ -142,8 +169,8 @@ class SmolVLA(VLAModel):
         roles = set()
         if self.config.freeze_vision_encoder:
             roles.add(VISION)
-        if self.config.train_expert_only:
-            roles |= {VISION, ADAPTER, LANGUAGE, BACKBONE}
+        if self.config.train_expert_only or self.config.lora:  # LoRA: the VLM through adapters
+            roles |= VLM_ROLES
         if not self.config.train_state_proj:
             roles.add(STATE)
         n_vlm = len(self.layers)
@@ -157,6 +184,9 @@ class SmolVLA(VLAModel):
             for name, _ in self.named_parameters()
             if self.role_of(name) in roles or name.startswith(always)
         }
+
+    def fresh_parameters(self) -> set[str]:
+        return {name for name, _ in self.named_parameters() if self.role_of(name) == LORA}
 
     # --- embeddings ----------------------------------------------------------------------------
 
