@@ -209,6 +209,9 @@ def _choices_detail(tree: dict, key_path: tuple) -> str:
         else:
             return ""
         value = value.get(part) if isinstance(value, dict) else None
+    literals = [a for a in typing.get_args(cls) if typing.get_origin(a) is typing.Literal]
+    if literals:  # an optional choice: `Literal[...] | None`
+        cls = literals[0]
     if typing.get_origin(cls) is typing.Literal:
         return f"{value!r}, expected one of {typing.get_args(cls)}"
     return ""

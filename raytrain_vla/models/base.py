@@ -21,6 +21,7 @@ modules or parameters.
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from raytrain_vla.data.normalize import Normalizer
+from raytrain_vla.data.normalize import ACTION, Normalizer
 from raytrain_vla.data.spec import DataSpec
 
 # Runs on the uint8 (N, C, H, W) camera images inside `encode`: the data pipeline's keyed
@@ -42,6 +43,28 @@ ImageHook = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 VISION, LANGUAGE, BACKBONE, ACTION_EXPERT, ADAPTER = (
     "vision", "language", "backbone", "action_expert", "adapter"
 )  # fmt: skip
+
+
+def known_fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `data` for `cls(**...)`; keys that are not fields of the dataclass are an error
+    naming them and the valid ones (a policy's `config.json` from another version)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} keys {unknown}; valid keys: {sorted(names)}")
+    return dict(data)
+
+
+def encode_targets(
+    cols: dict[str, np.ndarray], out: dict[str, np.ndarray], normalizer: Normalizer
+) -> dict[str, np.ndarray]:
+    """The training columns every processor passes on: sample ids, normalised actions, pads."""
+    if "sample_id" in cols:
+        out["sample_id"] = cols["sample_id"]
+    if "actions" in cols:
+        out["actions"] = normalizer.normalize(ACTION, cols["actions"])
+        out["action_is_pad"] = cols["action_is_pad"]
+    return out
 
 
 class FamilyConfig(Protocol):

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from raytrain_vla.data.normalize import ACTION, STATE, Normalizer
-from raytrain_vla.models.base import ImageHook, InputProcessor
+from raytrain_vla.models.base import ImageHook, InputProcessor, encode_targets
 from raytrain_vla.models.image_ops import resize_images
 
 
@@ -50,12 +50,7 @@ class ImageStateProcessor(InputProcessor):
         out = {f"image/{k}": v for k, v in images.items()}
         out["state"] = self.normalizer.normalize(STATE, cols["state"])
         out.update(self.encode_text(cols["task"]))
-        if "sample_id" in cols:
-            out["sample_id"] = cols["sample_id"]
-        if "actions" in cols:
-            out["actions"] = self.normalizer.normalize(ACTION, cols["actions"])
-            out["action_is_pad"] = cols["action_is_pad"]
-        return out
+        return encode_targets(cols, out, self.normalizer)
 
     def collate(self, cols: dict[str, np.ndarray], device: torch.device | str) -> dict[str, Any]:
         def t(x: np.ndarray) -> torch.Tensor:

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from raytrain_vla.data.formats.atomic import replacing_directory
 from raytrain_vla.data.normalize import Normalizer
 from raytrain_vla.data.spec import DataSpec
 from raytrain_vla.models.base import FamilyConfig, ModelFamily
@@ -122,23 +121,13 @@ def write_policy(
     meta: PolicyMeta,
     normalizer: Normalizer,
 ) -> Path:
-    """Write into a staging sibling, then swap it in, so a crash never leaves a half export."""
+    """Written into a staging sibling, then swapped in: a crash never leaves a half export."""
     out_dir = Path(out_dir)
-    staging = out_dir.with_name(f".{out_dir.name}.staging")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
     state_dict, config = meta.family.policy_state(state_dict, meta.model_config)
-    save_file({k: v.contiguous() for k, v in state_dict.items()}, str(staging / WEIGHTS))
-    config = meta.family.export_assets(config, staging)
-    meta = dataclasses.replace(meta, model_config=config)
-    (staging / CONFIG).write_text(json.dumps(meta.to_dict(), indent=2))
-    normalizer.save(staging / NORMALIZATION)
-    if out_dir.exists():
-        old = out_dir.with_name(f".{out_dir.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(out_dir, old)
-        os.replace(staging, out_dir)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(staging, out_dir)
+    with replacing_directory(out_dir) as staging:
+        save_file({k: v.contiguous() for k, v in state_dict.items()}, str(staging / WEIGHTS))
+        config = meta.family.export_assets(config, staging)
+        meta = dataclasses.replace(meta, model_config=config)
+        (staging / CONFIG).write_text(json.dumps(meta.to_dict(), indent=2))
+        normalizer.save(staging / NORMALIZATION)
     return out_dir

@@ -46,6 +46,10 @@ def test_lr_groups_from_the_command_line():
         (["--eval.episodes=-1"], "'eval.episodes'"),
         (["--eval.n_action_steps=9"], "'eval.n_action_steps'"),
         (["--logging.ray_train_log_level=LOUD"], "'logging.ray_train_log_level'"),
+        (["--model.type=pi0"], "'model.type': 'pi0', expected one of ('flow_vla', 'smolvla')"),
+        (["--model.smolvla.pad_language_to=short"], "'model.smolvla.pad_language_to': 'short'"),
+        (["--model.lora.r=-1"], "'model.lora'"),
+        (["--model.lora.dropout=1.5"], "'model.lora'"),
     ],
 )
 def test_bad_keys_and_values_name_the_key(args, fragment):
@@ -122,3 +126,24 @@ def test_unknown_parameter_roles_are_refused_before_ray_starts(arg, fragment, ca
     assert run.main([arg]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and fragment in err[0] and "roles are ('vision'" in err[0]
+
+
+def test_chunk_size_left_unset_is_the_families_default_and_a_set_one_is_kept():
+    assert load_config().data.chunk_size == 8
+    assert parse_cli(["--model.type=smolvla"]).data.chunk_size == 50
+    assert parse_cli(["--model.type=smolvla", "--data.chunk_size=10"]).data.chunk_size == 10
+    assert parse_cli(["--data.chunk_size=4"]).data.chunk_size == 4
+
+
+def test_vlm_path_is_resolved_on_the_driver(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = absolute_paths(parse_cli(["--model.type=smolvla", "--model.smolvla.vlm_path=vlm"]))
+    assert cfg.model.smolvla.vlm_path == str(tmp_path / "vlm")
+
+
+def test_lora_on_a_family_without_it_is_refused_before_ray_starts(capsys):
+    from raytrain_vla import run
+
+    assert run.main(["--model.lora.r=8"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'model.lora.r': model type 'flow_vla' has no LoRA" in err[0]

@@ -31,3 +31,25 @@ def atomic_directory(target: Path) -> Iterator[Path]:
         os.rename(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def replacing_directory(target: Path) -> Iterator[Path]:
+    """Like `atomic_directory`, but an existing `target` is replaced (an export written again):
+    it is swapped out only once the new one is complete."""
+    target = Path(target)
+    staging = target.with_name(f".{target.name}.staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        yield staging
+        if target.exists():
+            old = target.with_name(f".{target.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(target, old)
+            os.replace(staging, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -12,6 +12,7 @@ from typing import Any
 
 from raytrain_vla.config.schema import FlowVLAOptions
 from raytrain_vla.data.spec import DataSpec
+from raytrain_vla.models.base import known_fields
 
 # Dims each size fills. tiny: CPU tests/demo (<1M); small: CPU overhead benchmark; base: GPUs.
 SIZE_PRESETS: dict[str, dict[str, Any]] = {
@@ -63,11 +64,7 @@ class FlowVLAConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FlowVLAConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ValueError(f"unknown FlowVLAConfig keys {unknown}; valid keys: {sorted(names)}")
-        d = dict(d)
+        d = known_fields(cls, d)
         for key in ("image_size", "vision_channels", "vision_strides"):
             if key in d:
                 d[key] = tuple(int(v) for v in d[key])

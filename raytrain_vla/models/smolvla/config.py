@@ -11,6 +11,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from raytrain_vla.models.base import known_fields
+
 # LeRobot's normalisation modes (`NormalizationMode`) by feature type.
 LEROBOT_NORM_MODES = ("IDENTITY", "MEAN_STD", "MIN_MAX", "QUANTILES", "QUANTILE10")
 
@@ -106,11 +108,7 @@ class SmolVLAConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SmolVLAConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ValueError(f"unknown SmolVLAConfig keys {unknown}; valid keys: {sorted(names)}")
-        d = dict(d)
+        d = known_fields(cls, d)
         for key in ("cameras", "camera_sources"):
             if key in d:
                 d[key] = tuple(str(v) for v in d[key])

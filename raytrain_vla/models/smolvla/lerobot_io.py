@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import shutil
 from pathlib import Path
@@ -25,6 +24,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from raytrain_vla.data.formats.atomic import replacing_directory
 from raytrain_vla.data.normalize import ACTION, STATE, Normalizer
 from raytrain_vla.models.smolvla.config import SmolVLAConfig
 from raytrain_vla.models.smolvla.model import expert_layer_index
@@ -317,32 +317,22 @@ def write_lerobot_dir(
     config: SmolVLAConfig,
     stats: dict[str, dict[str, np.ndarray]],
 ) -> Path:
-    """Write into a staging sibling, then swap it in (nothing half-written is ever visible)."""
+    """Written into a staging sibling, then swapped in (nothing half-written is ever visible)."""
     out_dir = Path(out_dir)
-    staging = out_dir.with_name(f".{out_dir.name}.staging")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    save_file({k: v.contiguous() for k, v in lerobot_state.items()}, str(staging / WEIGHTS))
-    (staging / CONFIG).write_text(json.dumps(config_to_lerobot(config), indent=4))
-    pre, post = processor_files(config)
-    (staging / PRE).write_text(json.dumps(pre, indent=2))
-    (staging / POST).write_text(json.dumps(post, indent=2))
-    visual = {cam for cam in stats if cam.startswith("observation.image")}
-    save_file(_flat_stats(stats, visual), str(staging / PRE_STATS))
-    save_file(_flat_stats(stats, set()), str(staging / POST_STATS))
-    name = config.vlm_model_name or config.vlm_path
-    if not Path(name).is_absolute() and Path(config.vlm_path).is_dir():
-        # A relative VLM path: its config and tokenizer (no weights) go inside, where `policy.load`
-        # looks; LeRobot finds them when run from the directory, as with the fixture's.
-        copy_vlm_assets(Path(config.vlm_path), staging / name)
-    if out_dir.exists():
-        old = out_dir.with_name(f".{out_dir.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(out_dir, old)
-        os.replace(staging, out_dir)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(staging, out_dir)
+    with replacing_directory(out_dir) as staging:
+        save_file({k: v.contiguous() for k, v in lerobot_state.items()}, str(staging / WEIGHTS))
+        (staging / CONFIG).write_text(json.dumps(config_to_lerobot(config), indent=4))
+        pre, post = processor_files(config)
+        (staging / PRE).write_text(json.dumps(pre, indent=2))
+        (staging / POST).write_text(json.dumps(post, indent=2))
+        visual = {cam for cam in stats if cam.startswith("observation.image")}
+        save_file(_flat_stats(stats, visual), str(staging / PRE_STATS))
+        save_file(_flat_stats(stats, set()), str(staging / POST_STATS))
+        name = config.vlm_model_name or config.vlm_path
+        if not Path(name).is_absolute() and Path(config.vlm_path).is_dir():
+            # A relative VLM path: its config and tokenizer (no weights) go inside, where
+            # `policy.load` looks; LeRobot finds them when run from the directory.
+            copy_vlm_assets(Path(config.vlm_path), staging / name)
     return out_dir
 
 

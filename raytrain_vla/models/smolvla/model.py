@@ -214,7 +214,7 @@ class SmolVLA(VLAModel):
         marks += [0] * lang.shape[1]
         state = batch["state"]
         state_emb = self.state_proj(state.to(self.state_proj.weight.dtype))[:, None, :]
-        embs.append(state_emb.to(embs[0].dtype))
+        embs.append(state_emb)  # torch.cat promotes (a bf16 VLM next to an fp32 state_proj)
         pads.append(torch.ones(state.shape[0], 1, dtype=torch.bool, device=state.device))
         marks += [1]
         embs, pads = torch.cat(embs, dim=1), torch.cat(pads, dim=1)

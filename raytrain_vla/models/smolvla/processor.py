@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from transformers import AutoTokenizer
 
 from raytrain_vla.data.normalize import ACTION, STATE, Normalizer
-from raytrain_vla.models.base import ImageHook, InputProcessor
+from raytrain_vla.models.base import ImageHook, InputProcessor, encode_targets
 from raytrain_vla.models.smolvla.config import SmolVLAConfig
 
 
@@ -78,12 +78,7 @@ class SmolVLAProcessor(InputProcessor):
         unique, row = np.unique(np.asarray(cols["task"], dtype=str), return_inverse=True)
         tokens, mask = self.tokenize(unique.tolist())
         out["lang_tokens"], out["lang_masks"] = tokens[row], mask[row]
-        if "sample_id" in cols:
-            out["sample_id"] = cols["sample_id"]
-        if "actions" in cols:
-            out["actions"] = self.normalizer.normalize(ACTION, cols["actions"])
-            out["action_is_pad"] = cols["action_is_pad"]
-        return out
+        return encode_targets(cols, out, self.normalizer)
 
     def prepare_image(self, image: torch.Tensor) -> torch.Tensor:
         """uint8 or [0, 1] float (B, C, H, W) -> the model's [-1, 1] input."""

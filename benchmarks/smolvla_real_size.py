@@ -1,0 +1,234 @@
+"""SmolVLA at the published SmolVLM2-500M-Video-Instruct dimensions, random weights, no download.
+
+The benchmark writes the VLM's config (the public values of HuggingFaceTB/SmolVLM2-500M-Video-
+Instruct) into a temporary directory, resolves it through the smolvla family with LeRobot's
+`smolvla_base` settings (16 kept text layers, expert width x0.75, cross-attention every other
+layer, chunk 50, 512 x 512 images, `train_expert_only`), and reports:
+
+* the parameter count (LeRobot reports about 450M) and how many train;
+* one training step (loss, backward, clipped AdamW update) at global batch 2, timed in a plain
+  single-process loop and with FSDP2 (the trainer's `apply_fsdp` + `StepRunner`) on 2 gloo
+  workers at 1 sample each, side by side, as a ratio; peak RSS of each process.
+
+On a CUDA machine `--device cuda --precision bf16` times the same step on one GPU and adds
+samples/s and MFU (FLOPs counted by torch's FlopCounterMode).
+
+    python benchmarks/smolvla_real_size.py --steps 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.distributed.device_mesh import init_device_mesh
+
+from raytrain_vla.config.schema import OptimizerConfig, SchedulerConfig, SmolVLAOptions, TrainConfig
+from raytrain_vla.data.spec import DataSpec
+from raytrain_vla.models.registry import get_family
+from raytrain_vla.train.flops import peak_tflops, training_flops_per_sample
+from raytrain_vla.train.fsdp import apply_fsdp
+from raytrain_vla.train.materialize import materialize_from_rank0, meta_model
+from raytrain_vla.train.noise import flow_noise_and_time
+from raytrain_vla.train.optim import (
+    build_optimizer,
+    build_scheduler,
+    freeze_for_config,
+    resolve_groups,
+)
+from raytrain_vla.train.step import StepRunner
+
+# HuggingFaceTB/SmolVLM2-500M-Video-Instruct, config.json (public values).
+SMOLVLM2_500M = {
+    "model_type": "smolvlm",
+    "image_token_id": 49190,
+    "scale_factor": 4,
+    "tie_word_embeddings": False,
+    "text_config": {
+        "model_type": "llama",
+        "hidden_size": 960,
+        "intermediate_size": 2560,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 15,
+        "num_key_value_heads": 5,
+        "head_dim": 64,
+        "vocab_size": 49280,
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 100000.0,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "mlp_bias": False,
+        "pad_token_id": 2,
+    },
+    "vision_config": {
+        "model_type": "smolvlm_vision",
+        "hidden_size": 768,
+        "intermediate_size": 3072,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+        "image_size": 512,
+        "patch_size": 16,
+        "num_channels": 3,
+        "hidden_act": "gelu_pytorch_tanh",
+        "layer_norm_eps": 1e-6,
+    },
+}
+CHUNK, TEXT_LEN, CAMERA = 50, 48, "observation.images.camera1"
+SPEC = DataSpec({CAMERA: (3, 512, 512)}, state_dim=6, action_dim=6, chunk_size=CHUNK)
+
+
+def resolve(vlm_dir: str):
+    family = get_family("smolvla")
+    return family, family.resolve_config(SmolVLAOptions(vlm_path=vlm_dir), SPEC)
+
+
+def batch(n: int, device: torch.device, seed: int) -> dict:
+    """A collated batch as the processor makes it (images already at 512 x 512 in [-1, 1])."""
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "images": {CAMERA: (torch.rand((n, 3, 512, 512), generator=g) * 2 - 1).to(device)},
+        "image_masks": {CAMERA: torch.ones(n, dtype=torch.bool, device=device)},
+        "lang_tokens": torch.randint(7, 49000, (n, TEXT_LEN), generator=g).to(device),
+        "lang_masks": torch.ones((n, TEXT_LEN), dtype=torch.bool, device=device),
+        "state": torch.randn((n, 32), generator=g).to(device),
+        "actions": torch.randn((n, CHUNK, 32), generator=g).to(device),
+        "action_is_pad": torch.zeros((n, CHUNK), dtype=torch.bool, device=device),
+        "sample_ids": torch.arange(seed * n, seed * n + n, device=device),
+    }
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_steps(model, samples: int, steps: int, device: torch.device, rank: int = 0) -> list[float]:
+    optim_cfg = OptimizerConfig(lr=1e-4, groups=[])
+    groups = resolve_groups(model, optim_cfg)
+    optimizer = build_optimizer(model, groups, optim_cfg)
+    scheduler = build_scheduler(
+        optimizer, steps + 1, SchedulerConfig(type="constant", warmup_steps=0)
+    )
+
+    def noise_fn(step: int, ids: list[int]):
+        noise, time_ = flow_noise_and_time(0, step, ids, model.noise_shape)
+        return noise.to(device), time_.to(device)
+
+    runner = StepRunner(model, optimizer, scheduler, groups, noise_fn, grad_clip=10.0)
+    times = []
+    for step in range(steps + 1):  # the first step warms up
+        micro = batch(samples, device, seed=step * 8 + rank)
+        start = time.perf_counter()
+        runner.run(step, [micro])
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - start)
+    return times[1:]
+
+
+def plain(vlm_dir: str, steps: int, device: str, precision: str) -> dict:
+    family, config = resolve(vlm_dir)
+    torch.manual_seed(0)
+    model = family.build(config).to(device)
+    freeze_for_config(model, OptimizerConfig())
+    counts = {
+        "params_total": sum(p.numel() for p in model.parameters()),
+        "params_trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
+    }
+    dtype = torch.bfloat16 if precision == "bf16" else None
+    dev = torch.device(device)
+    with torch.autocast(dev.type, dtype=dtype, enabled=dtype is not None):
+        times = run_steps(model, 2, steps, dev)
+        flops = training_flops_per_sample(model, batch(1, dev, 99))
+    step_s = statistics.median(times)
+    out = {**counts, "plain_step_s": step_s, "plain_peak_rss_mb": peak_rss_mb()}
+    out["samples_per_s"] = 2 / step_s
+    peak = peak_tflops(dev, precision)
+    if peak:
+        out["mfu"] = flops * out["samples_per_s"] / (peak * 1e12)
+    out["train_flops_per_sample"] = flops
+    return out
+
+
+def _rank(rank: int, world: int, port: int, vlm_dir: str, steps: int, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    family, config = resolve(vlm_dir)
+    source = None
+    if rank == 0:
+        torch.manual_seed(0)
+        source = family.build(config)
+        freeze_for_config(source, OptimizerConfig())
+    model = meta_model(family, config)
+    freeze_for_config(model, OptimizerConfig())
+    apply_fsdp(model, init_device_mesh("cpu", (world,)), TrainConfig())
+    materialize_from_rank0(model, source.state_dict() if source is not None else None, "cpu")
+    del source
+    times = run_steps(model, 2 // world, steps, torch.device("cpu"), rank)
+    rss = torch.tensor([peak_rss_mb()])
+    gathered = [torch.zeros(1) for _ in range(world)]
+    dist.all_gather(gathered, rss)
+    if rank == 0:
+        Path(out).write_text(json.dumps({"times": times, "rss": [float(r) for r in gathered]}))
+    dist.destroy_process_group()
+
+
+def fsdp(vlm_dir: str, steps: int, world: int = 2) -> dict:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = Path(vlm_dir) / "fsdp.json"
+    mp.start_processes(
+        _rank, args=(world, port, vlm_dir, steps, str(out)), nprocs=world, start_method="spawn"
+    )
+    result = json.loads(out.read_text())
+    return {"fsdp_step_s": statistics.median(result["times"]), "fsdp_peak_rss_mb": result["rss"]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per side")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as vlm_dir:
+        (Path(vlm_dir) / "config.json").write_text(json.dumps(SMOLVLM2_500M))
+        with torch.device("meta"):
+            family, config = resolve(vlm_dir)
+            skeleton = meta_model(family, config)
+        result = {
+            "model": "SmolVLA on SmolVLM2-500M-Video-Instruct dims (random init)",
+            "kept_text_layers": config.num_vlm_layers,
+            "expert_width": int(960 * config.expert_width_multiplier),
+            "params_by_role": {},
+        }
+        for name, param in skeleton.named_parameters():
+            role = skeleton.role_of(name)
+            result["params_by_role"][role] = result["params_by_role"].get(role, 0) + param.numel()
+        del skeleton
+        result.update(plain(vlm_dir, args.steps, args.device, args.precision))
+        if args.device == "cpu":
+            result.update(fsdp(vlm_dir, args.steps))
+            result["fsdp_over_plain"] = result["fsdp_step_s"] / result["plain_step_s"]
+    result["device"] = args.device
+    result["precision"] = args.precision
+    result["torch_threads"] = torch.get_num_threads()
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
