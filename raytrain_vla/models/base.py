@@ -209,6 +209,11 @@ class ModelFamily(ABC):
         directory) resolves the relative paths `export_assets` wrote."""
         return self.config_type.from_dict(data)
 
+    def notes(self, config: FamilyConfig) -> list[str]:
+        """Lines rank 0 prints when a run starts: conversions the config implies (nothing is
+        converted silently)."""
+        return []
+
     def load_base_weights(self, model: VLAModel, config: FamilyConfig) -> list[str]:
         """Pretrained weights the config itself names (e.g. a VLM directory), loaded into a
         fresh model before `model.init_from`; returns the parameters loaded."""

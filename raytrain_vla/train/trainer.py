@@ -171,6 +171,8 @@ class Trainer:
             )
         for name in prune_untracked_checkpoints(self.run_dir):
             print(f"[raytrain_vla] removed unregistered checkpoint {self.run_dir / name}")
+        for note in self.family.notes(self.model_config):
+            print(f"[raytrain_vla] {note}")
         return MetricsLogger(
             self.run_dir, cfg.logging, to_dict(cfg), cfg.train.steps,
             f"{cfg.ray.run_name}-{self.config_hash}", self.start_step,

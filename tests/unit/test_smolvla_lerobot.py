@@ -258,3 +258,23 @@ def test_a_fresh_model_from_a_vlm_directory_takes_the_dataset_cameras():
     assert any(model.role_of(n) == "backbone" for n in frozen)
     with pytest.raises(ValueError, match="vlm_path' is required"):
         family.resolve_config(SmolVLAOptions(), _spec())
+
+
+def test_a_checkpoint_with_vlm_weights_runs_its_vlm_in_bf16_and_training_says_so(tmp_path):
+    import shutil
+
+    copy = tmp_path / "pretrained_model"
+    shutil.copytree(PRETRAINED, copy)
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, "load_vlm_weights": True}))
+    shutil.copytree(FIXTURE / "vlm", tmp_path / "vlm")  # "vlm" next to the policy directory
+    loaded = policy.load(copy)
+    assert {p.dtype for p in loaded.model.vlm.parameters()} == {torch.bfloat16}
+    assert {p.dtype for p in loaded.model.layers[0].vlm.parameters()} == {torch.bfloat16}
+    assert loaded.model.action_in_proj.weight.dtype == torch.float32  # the expert stays fp32
+    family = get_family("smolvla")
+    options = SmolVLAOptions(cameras={"observation.images.front": "observation.image"})
+    trained = family.resolve_config(options, _spec(), str(copy))
+    assert trained.vlm_dtype == "float32"
+    assert any("bfloat16" in note and "float32" in note for note in family.notes(trained))
+    assert family.notes(family.resolve_config(options, _spec(), str(PRETRAINED))) == []

@@ -152,6 +152,15 @@ class SmolVLAFamily(ModelFamily):
             fields["resize_imgs_with_padding"] = tuple(fields["resize_imgs_with_padding"])
         return dataclasses.replace(base, **fields)
 
+    def notes(self, config: SmolVLAConfig) -> list[str]:
+        if config.load_vlm_weights and config.lerobot_extra:
+            return [
+                "smolvla: the init_from checkpoint says load_vlm_weights: true, so LeRobot runs "
+                "its VLM in bfloat16; training converts those weights to float32 masters "
+                f"(compute dtype: train.precision; policy.load of the export runs {config.vlm_dtype})"
+            ]
+        return []
+
     def processor(self, config: SmolVLAConfig, normalizer: Normalizer) -> SmolVLAProcessor:
         """Normalisation as LeRobot computes it from the same statistics (mean/std divides by
         std + 1e-8), so LeRobot runs a LeRobot-format export on exactly the inputs we trained on."""
