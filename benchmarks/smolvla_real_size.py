@@ -111,6 +111,14 @@ def batch(n: int, device: torch.device, seed: int) -> dict:
 
 
 def peak_rss_mb() -> float:
+    """This process's peak resident memory. /proc's VmHWM, not getrusage: ru_maxrss survives
+    exec, so a spawned rank would report its parent's peak."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
