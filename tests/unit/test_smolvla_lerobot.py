@@ -278,3 +278,33 @@ def test_a_checkpoint_with_vlm_weights_runs_its_vlm_in_bf16_and_training_says_so
     assert trained.vlm_dtype == "float32"
     assert any("bfloat16" in note and "float32" in note for note in family.notes(trained))
     assert family.notes(family.resolve_config(options, _spec(), str(PRETRAINED))) == []
+
+
+def test_a_vlm_directory_with_weights_loads_them_into_a_fresh_model(tmp_path):
+    """A SmolVLM saved by transformers (`save_pretrained`, sharded safetensors) is the
+    starting VLM of `model.smolvla.vlm_path`; text layers past num_vlm_layers are not used."""
+    import shutil
+
+    from transformers import SmolVLMConfig, SmolVLMForConditionalGeneration
+
+    from raytrain_vla.train.init_source import build_init_source
+
+    torch.manual_seed(3)
+    vlm = SmolVLMForConditionalGeneration(SmolVLMConfig.from_pretrained(FIXTURE / "vlm"))
+    vlm.save_pretrained(tmp_path / "vlm", max_shard_size="200KB")
+    for name in ("tokenizer.json", "tokenizer_config.json", "processor_config.json"):
+        shutil.copy(FIXTURE / "vlm" / name, tmp_path / "vlm" / name)
+    assert len(list((tmp_path / "vlm").glob("*.safetensors"))) > 1
+    family = get_family("smolvla")
+    options = SmolVLAOptions(vlm_path=str(tmp_path / "vlm"), num_vlm_layers=3)
+    config = family.resolve_config(options, _spec())
+    assert config.load_vlm_weights
+    model = build_init_source(family, config, seed=0)
+    theirs = vlm.state_dict()
+    ours = model.state_dict()
+    assert torch.equal(ours["vlm.model.vision_model.embeddings.patch_embedding.weight"],
+                       theirs["model.vision_model.embeddings.patch_embedding.weight"])  # fmt: skip
+    assert torch.equal(ours["layers.2.vlm.mlp.up_proj.weight"],
+                       theirs["model.text_model.layers.2.mlp.up_proj.weight"])  # fmt: skip
+    assert torch.equal(ours["vlm.lm_head.weight"], theirs["lm_head.weight"])
+    assert len(model.layers) == 3
