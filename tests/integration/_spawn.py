@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import socket
+import uuid
 from collections.abc import Callable
 
 import torch
@@ -13,15 +12,10 @@ import torch.multiprocessing as mp
 RankProgram = Callable[[int, int], dict]  # (rank, world) -> result; module level, so it pickles
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _entry(rank: int, world: int, port: int, program: RankProgram, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def _entry(rank: int, world: int, store: str, program: RankProgram, out: str) -> None:
+    # A file store, not a TCP port picked in advance: a port found free here can be taken by
+    # another process (a Ray worker starting) before rank 0 binds it, which killed a rank in CI.
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     torch.set_num_threads(1)
     try:
         result = program(rank, world)
@@ -35,9 +29,9 @@ def run_distributed(program: RankProgram, tmp_path, world: int = 2) -> dict:
     """Spawned processes import the program's module again, as a rank of a real run would."""
     name = getattr(program, "__name__", None) or program.func.__name__
     out = str(tmp_path / f"{name}.pt")
-    port = _free_port()
+    store = str(tmp_path / f"{name}.{uuid.uuid4().hex[:8]}.store")  # must not exist yet
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_entry, args=(r, world, port, program, out)) for r in range(world)]
+    procs = [ctx.Process(target=_entry, args=(r, world, store, program, out)) for r in range(world)]
     for p in procs:
         p.start()
     for p in procs:
