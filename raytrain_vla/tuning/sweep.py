@@ -61,9 +61,11 @@ def _scheduler(space: Space, cfg: Config):
     spec = space.scheduler
     grace = spec.grace_period or cfg.train.val_interval
     if spec.type == "asha":
+        # One past the last step: at max_t ASHA stops a trial at its final report, and Tune's
+        # stop raced the trial's own end (the export after that report went missing in CI).
         return ASHAScheduler(
             time_attr="step",
-            max_t=cfg.train.steps,
+            max_t=cfg.train.steps + 1,
             grace_period=grace,
             reduction_factor=spec.reduction_factor,
         )
