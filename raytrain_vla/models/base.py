@@ -209,6 +209,11 @@ class ModelFamily(ABC):
         directory) resolves the relative paths `export_assets` wrote."""
         return self.config_type.from_dict(data)
 
+    def check_options(self, options: Any, init_from: str = "", lora: Any = None) -> None:
+        """What can be checked of the options before Ray starts (without the dataset); raises
+        ValueError naming the key. Nothing by default."""
+        return None
+
     def notes(self, config: FamilyConfig) -> list[str]:
         """Lines rank 0 prints when a run starts: conversions the config implies (nothing is
         converted silently)."""

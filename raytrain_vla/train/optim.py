@@ -17,7 +17,7 @@ from torch import nn
 from raytrain_vla.config import Config, ConfigError
 from raytrain_vla.config.schema import OptimizerConfig, SchedulerConfig
 from raytrain_vla.models.base import ACTION_EXPERT, VLAModel
-from raytrain_vla.models.registry import get_family
+from raytrain_vla.models.registry import family_options, get_family
 
 DEFAULT_GROUP = "default"
 
@@ -67,8 +67,9 @@ def check_model_options(cfg: Config) -> None:
     if cfg.model.lora.r and not family.supports_lora:
         raise ConfigError(f"'model.lora.r': model type {family.name!r} has no LoRA support")
     try:
+        family.check_options(family_options(cfg.model), cfg.model.init_from, cfg.model.lora)
         check_roles(cfg.optimizer, family.roles, family.name)
-    except ValueError as err:
+    except (ValueError, FileNotFoundError) as err:
         raise ConfigError(str(err)) from err
 
 

@@ -308,3 +308,39 @@ def test_a_vlm_directory_with_weights_loads_them_into_a_fresh_model(tmp_path):
                        theirs["model.text_model.layers.2.mlp.up_proj.weight"])  # fmt: skip
     assert torch.equal(ours["vlm.lm_head.weight"], theirs["lm_head.weight"])
     assert len(model.layers) == 3
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--model.type=smolvla"], "'model.smolvla.vlm_path' is required"),
+        (["--model.type=smolvla", "--model.smolvla.vlm_path=/nonexistent"], "no readable SmolVLM"),
+        (
+            [f"--model.init_from={PRETRAINED}", "--model.smolvla.num_vlm_layers=2"],
+            "num_vlm_layers=2 (checkpoint: 4)",
+        ),  # fmt: skip
+        (
+            [
+                f"--model.init_from={PRETRAINED}",
+                "--model.smolvla.cameras={wrong: observation.image}",
+            ],
+            "['wrong'] are not cameras of the model",
+        ),  # fmt: skip
+        (
+            [
+                f"--model.init_from={PRETRAINED}",
+                "--model.lora.r=4",
+                "--model.smolvla.train_expert_only=true",
+            ],
+            "freezes the whole VLM",
+        ),  # fmt: skip
+    ],
+)
+def test_bad_smolvla_options_exit_2_before_ray_starts(args, fragment, capsys):
+    from raytrain_vla import run
+
+    if args[0].startswith("--model.init_from"):
+        args = ["--model.type=smolvla", *args]
+    assert run.main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and fragment in err[0], err

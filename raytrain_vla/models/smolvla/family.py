@@ -86,6 +86,11 @@ class SmolVLAFamily(ModelFamily):
     ) -> SmolVLAConfig:
         """The LeRobot checkpoint's config when `init_from` is one, else LeRobot's defaults
         over the VLM at `vlm_path`; then the options given and the dataset's shapes."""
+        if _lora_dict(lora) and options.train_expert_only:
+            raise ValueError(
+                "'model.smolvla.train_expert_only' true freezes the whole VLM, but 'model.lora.r' "
+                f"{lora.r} adapts it: leave train_expert_only unset (or false) to train adapters"
+            )
         given = {
             f.name: getattr(options, f.name)
             for f in dataclasses.fields(options)
@@ -143,14 +148,24 @@ class SmolVLAFamily(ModelFamily):
             "vlm_dtype": "float32",  # trained weights are fp32 masters (train.precision: bf16)
             "lora": _lora_dict(lora),
         }
-        if fields["lora"] and options.train_expert_only:
-            raise ValueError(
-                "'model.smolvla.train_expert_only' true freezes the whole VLM, but 'model.lora.r' "
-                f"{lora.r} adapts it: leave train_expert_only unset (or false) to train adapters"
-            )
+
         if "resize_imgs_with_padding" in fields:
             fields["resize_imgs_with_padding"] = tuple(fields["resize_imgs_with_padding"])
         return dataclasses.replace(base, **fields)
+
+    def check_options(
+        self, options: SmolVLAOptions, init_from: str = "", lora: LoRAConfig | None = None
+    ) -> None:
+        """The VLM directory (or the LeRobot checkpoint and the VLM it names), the architecture
+        options against that checkpoint and LoRA against the freezing options, on the driver;
+        which dataset camera feeds which model camera is checked once the data is open."""
+        cameras = {src: (3, 1, 1) for src in options.cameras.values()} or {"probe": (3, 1, 1)}
+        spec = DataSpec(cameras, state_dim=1, action_dim=1, chunk_size=1)
+        try:
+            self.resolve_config(options, spec, init_from, lora)
+        except ValueError as err:
+            if "no dataset camera feeds" not in str(err):
+                raise
 
     def notes(self, config: SmolVLAConfig) -> list[str]:
         if config.load_vlm_weights and config.lerobot_extra:
