@@ -97,6 +97,13 @@ def test_elastic_run_shrinks_grows_back_and_keeps_the_global_batches(
     assert run.main(fixed_args) == 0
 
     nodes = [ray_cluster.add_node(**TRAINER_NODE) for _ in range(2)]
+    # Start at 2 workers only once both nodes' resources are visible: a node still registering
+    # made the run start at its minimum of 1 (seen once in CI on a loaded machine).
+    ray_cluster.wait_for_nodes()
+    deadline = time.monotonic() + 60
+    while ray.cluster_resources().get("trainer", 0) < 2:
+        assert time.monotonic() < deadline, "the 2 trainer nodes never showed their resources"
+        time.sleep(0.2)
     elastic_args = short_run_args(demo_root, storage, "elastic", STEPS, *COMMON, *ELASTIC)
     result: dict[str, int] = {}
     thread = threading.Thread(
