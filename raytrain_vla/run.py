@@ -16,7 +16,7 @@ from raytrain_vla.data.dataset import root_fingerprint
 from raytrain_vla.data.demo import ensure_dataset
 from raytrain_vla.train.init_source import weights_file
 from raytrain_vla.train.launch import build_trainer, init_ray
-from raytrain_vla.train.optim import check_model_options
+from raytrain_vla.train.optim import check_model_fits_data, check_model_options
 from raytrain_vla.train.resume import check_resume, fresh_run_name
 from raytrain_vla.train.trainer import run_dir_of
 
@@ -78,7 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     try:
         ensure_dataset(cfg.data)
+        check_model_fits_data(cfg)
         prepare_run(cfg)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except (ValueError, FileExistsError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -26,7 +26,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     args, rest = parse_args(sys.argv[1:] if argv is None else argv)
     # Imported here so `--help` and config errors answer without importing Ray Tune.
-    from raytrain_vla.train.optim import check_model_options
+    from raytrain_vla.train.optim import check_model_fits_data, check_model_options
     from raytrain_vla.tuning.space import load_space
 
     try:
@@ -43,8 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     from raytrain_vla.tuning import sweep
 
     try:
-        sweep.record_sweep(sweep_dir, space, base)
         ensure_dataset(base.data)
+        check_model_fits_data(base)  # before the sweep directory is written
+        sweep.record_sweep(sweep_dir, space, base)
     except (ConfigError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2 if isinstance(err, ConfigError) else 1

@@ -184,6 +184,7 @@ class ModelFamily(ABC):
     # Other projects' policy formats the family reads (`read_foreign`) and writes.
     foreign_formats: ClassVar[tuple[str, ...]] = ()
     supports_lora: ClassVar[bool] = False  # `model.lora` (LoRA adapters)
+    uses_data_image_size: ClassVar[bool] = True  # else `data.image_size` is refused
 
     @property
     def roles(self) -> tuple[str, ...]:

@@ -73,6 +73,28 @@ def check_model_options(cfg: Config) -> None:
         raise ConfigError(str(err)) from err
 
 
+def check_model_fits_data(cfg: Config) -> None:
+    """On the driver, once the dataset exists: the family resolves its config against the
+    dataset's shapes (cameras, dims) and builds the model on the meta device, so a camera that
+    feeds nothing or a LoRA target that matches no module fails here, not on every worker."""
+    from raytrain_vla.data.dataset import DatasetView  # reads metadata only at the driver
+
+    family = get_family(cfg.model.type)
+    if cfg.data.image_size and not family.uses_data_image_size:
+        raise ConfigError(
+            f"'data.image_size': model type {family.name!r} sizes its images itself "
+            f"(see model.{family.name}); leave data.image_size empty"
+        )
+    spec = DatasetView.open(cfg.data, cfg.train.seed, cfg.train.global_batch_size).spec
+    options = family_options(cfg.model)
+    try:
+        config = family.resolve_config(options, spec, cfg.model.init_from, cfg.model.lora)
+        with torch.device("meta"):
+            family.build(config)
+    except (ValueError, FileNotFoundError) as err:
+        raise ConfigError(str(err)) from err
+
+
 def freeze_for_config(model: VLAModel, cfg: OptimizerConfig) -> list[str]:
     """Freeze the parameters of the frozen roles and those the model's own config freezes;
     returns the names of every frozen parameter."""

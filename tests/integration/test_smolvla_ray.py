@@ -142,3 +142,21 @@ def test_lora_trains_adapters_resumes_bitwise_and_exports_merged(
     exported = load_file(str(out / "model.safetensors"))
     assert not any("lora" in k or "base_layer" in k for k in exported)
     assert len(exported) == len(load_file(str(pretrained / "model.safetensors")))
+
+
+@pytest.mark.parametrize(
+    "extra, fragment",
+    [
+        (["--model.smolvla.cameras={observation.images.front: top}"], "name no dataset camera"),
+        (["--model.lora.r=4", "--model.lora.target_modules=[nothing_proj]"], "nothing_proj"),
+        (["--data.image_size=[16, 16]"], "'data.image_size': model type 'smolvla'"),
+    ],
+)
+def test_options_that_do_not_fit_the_data_exit_2_before_ray_starts(
+    demo_root, tmp_path, capsys, extra, fragment
+):
+    args = smolvla_args(demo_root, tmp_path, "bad", *extra)
+    assert run.main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and fragment in err[0], err
+    assert not (tmp_path / "bad").exists()  # nothing written

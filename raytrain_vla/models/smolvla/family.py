@@ -76,6 +76,7 @@ class SmolVLAFamily(ModelFamily):
     model_type = SmolVLA
     foreign_formats = ("lerobot",)
     supports_lora = True
+    uses_data_image_size = False  # model.smolvla.resize_imgs_with_padding
 
     def resolve_config(
         self,
