@@ -19,6 +19,9 @@ import pytest
 import ray
 from _runs import short_run_args
 from ray._private.ray_constants import AUTOSCALER_RESOURCE_REQUEST_CHANNEL
+from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
+    get_or_create_autoscaling_coordinator,
+)
 from ray.experimental.internal_kv import _internal_kv_get
 from safetensors.numpy import load_file
 
@@ -81,6 +84,17 @@ def requested_trainer_bundles() -> int:
     return sum(1 for b in bundles if b.get("trainer", 0) > 0)
 
 
+def refresh_elastic_view_of_nodes() -> None:
+    """Make Ray Train's elastic sizing see the nodes the test just added.
+
+    An elastic group is sized from the AutoscalingCoordinator's node view, which refreshes only
+    on its 20 s tick. A tick that fell between the two `add_node` calls once started the run at
+    1 worker although both nodes were up. `recompute=True` runs a tick now, after both registered.
+    """
+    coordinator = get_or_create_autoscaling_coordinator()
+    ray.get(coordinator.get_reserved_resources.remote("test_elastic", recompute=True))
+
+
 def wait_for(predicate, timeout_s: float, what: str, run_thread: threading.Thread) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
@@ -97,13 +111,14 @@ def test_elastic_run_shrinks_grows_back_and_keeps_the_global_batches(
     assert run.main(fixed_args) == 0
 
     nodes = [ray_cluster.add_node(**TRAINER_NODE) for _ in range(2)]
-    # Start at 2 workers only once both nodes' resources are visible: a node still registering
-    # made the run start at its minimum of 1 (seen once in CI on a loaded machine).
+    # Start at 2 workers only once both nodes' resources are visible, to Ray and to the view
+    # elastic sizing reads: either one lagging made the run start at its minimum of 1 in CI.
     ray_cluster.wait_for_nodes()
     deadline = time.monotonic() + 60
     while ray.cluster_resources().get("trainer", 0) < 2:
         assert time.monotonic() < deadline, "the 2 trainer nodes never showed their resources"
         time.sleep(0.2)
+    refresh_elastic_view_of_nodes()
     elastic_args = short_run_args(demo_root, storage, "elastic", STEPS, *COMMON, *ELASTIC)
     result: dict[str, int] = {}
     thread = threading.Thread(
