@@ -234,15 +234,22 @@ def validate(cfg: Config) -> None:
     ]
     positive += ["train.log_interval", "train.val_interval", "train.save_interval"]
     positive += ["model.flow_vla.max_text_len", "model.flow_vla.num_inference_steps"]
+    positive += ["data.val_max_samples", "data.span_len", "data.shuffle_window"]
+    positive += ["data.samples_per_read_task", "data.read_tasks_per_segment", "ray.num_to_keep"]
     for key in positive:
         if _get(cfg, key) <= 0:
             raise ConfigError(
                 f"bad value for '{key}': {_get(cfg, key)}, expected a positive integer"
             )
-    if not 0.0 <= cfg.data.val_fraction < 1.0:
+    fraction = cfg.data.val_fraction  # explicit `val_episodes` win over it
+    if not 0.0 <= fraction < 1.0 or (fraction == 0.0 and not cfg.data.val_episodes):
         raise ConfigError(
-            f"bad value for 'data.val_fraction': {cfg.data.val_fraction}, expected [0, 1)"
+            f"bad value for 'data.val_fraction': {cfg.data.val_fraction}, expected (0, 1) "
+            "(no held-out episodes leaves every validation metric NaN), or list "
+            "'data.val_episodes'"
         )
+    _check_run_name(cfg.ray.run_name)
+    _check_optimization(cfg)
     workers = cfg.ray.num_workers
     lo, hi = (workers, workers) if isinstance(workers, int) else workers
     if lo < 1 or hi < lo:
@@ -280,6 +287,50 @@ def validate(cfg: Config) -> None:
     if len(set(names)) != len(names) or any(not n for n in names):
         raise ConfigError(
             f"bad value for 'optimizer.groups': names must be unique and non-empty, got {names}"
+        )
+
+
+def _check_run_name(name: str) -> None:
+    """The run directory is `ray.storage_path/run_name`; pruning and resume act inside it."""
+    if not name or name in (".", "..") or any(c in name for c in "/\\\0"):
+        raise ConfigError(
+            f"bad value for 'ray.run_name': {name!r}, expected one directory name (no '/', '\\', "
+            "and not '.' or '..'), so the run stays inside 'ray.storage_path'"
+        )
+
+
+def _check_optimization(cfg: Config) -> None:
+    """Values that would train silently wrong or fail only inside a worker after Ray started."""
+    opt = cfg.optimizer
+    rates = [("optimizer.lr", opt.lr, opt.weight_decay)]
+    rates += [(f"optimizer.groups[{g.name}].lr", g.lr, g.weight_decay) for g in opt.groups]
+    for key, lr, weight_decay in rates:
+        if not lr > 0:  # also NaN
+            raise ConfigError(
+                f"bad value for '{key}': {lr}, expected a positive learning rate (keep a role "
+                "fixed with 'optimizer.freeze_roles')"
+            )
+        if not weight_decay >= 0:
+            decay_key = key.removesuffix(".lr") + ".weight_decay"
+            raise ConfigError(f"bad value for '{decay_key}': {weight_decay}, expected >= 0")
+    if len(opt.betas) != 2 or not all(0.0 <= b < 1.0 for b in opt.betas) or not opt.eps > 0:
+        raise ConfigError(
+            f"bad value for 'optimizer.betas' or 'optimizer.eps': {opt.betas}, {opt.eps}; "
+            "expected two betas in [0, 1) and eps > 0"
+        )
+    sched = cfg.scheduler
+    if not 0.0 <= sched.min_lr_ratio <= 1.0:
+        raise ConfigError(
+            f"bad value for 'scheduler.min_lr_ratio': {sched.min_lr_ratio}, expected [0, 1]"
+        )
+    if sched.warmup_steps < 0:
+        raise ConfigError(
+            f"bad value for 'scheduler.warmup_steps': {sched.warmup_steps}, expected >= 0"
+        )
+    if not cfg.train.grad_clip >= 0:
+        raise ConfigError(
+            f"bad value for 'train.grad_clip': {cfg.train.grad_clip}, expected >= 0 (0 turns "
+            "clipping off)"
         )
 
 

@@ -50,6 +50,29 @@ def test_lr_groups_from_the_command_line():
         (["--model.smolvla.pad_language_to=short"], "'model.smolvla.pad_language_to': 'short'"),
         (["--model.lora.r=-1"], "'model.lora'"),
         (["--model.lora.dropout=1.5"], "'model.lora'"),
+        # Each of these was accepted before, and failed late or trained silently wrong.
+        (["--optimizer.lr=-0.001"], "'optimizer.lr': -0.001, expected a positive learning rate"),
+        (["--optimizer.lr=.nan"], "'optimizer.lr': nan"),
+        (["--optimizer.weight_decay=-1"], "'optimizer.weight_decay': -1.0, expected >= 0"),
+        (["--optimizer.groups=[{name: v, lr: -0.1}]"], "'optimizer.groups[v].lr': -0.1"),
+        (
+            ["--optimizer.groups=[{name: v, weight_decay: -0.1}]"],
+            "'optimizer.groups[v].weight_decay': -0.1",
+        ),
+        (["--optimizer.betas=[0.9, 1.5]"], "'optimizer.betas'"),
+        (["--scheduler.min_lr_ratio=-0.1"], "'scheduler.min_lr_ratio': -0.1, expected [0, 1]"),
+        (["--scheduler.min_lr_ratio=2"], "'scheduler.min_lr_ratio': 2.0"),
+        (["--scheduler.warmup_steps=-5"], "'scheduler.warmup_steps': -5"),
+        (["--train.grad_clip=-1"], "'train.grad_clip': -1.0, expected >= 0"),
+        (["--data.val_fraction=0"], "'data.val_fraction': 0.0, expected (0, 1)"),
+        (["--data.span_len=0"], "'data.span_len': 0, expected a positive integer"),
+        (["--data.read_tasks_per_segment=-2"], "'data.read_tasks_per_segment': -2"),
+        (["--data.val_max_samples=0"], "'data.val_max_samples': 0"),
+        (["--ray.num_to_keep=0"], "'ray.num_to_keep': 0"),
+        (["--ray.run_name=../elsewhere"], "'ray.run_name': '../elsewhere', expected one directory"),
+        (["--ray.run_name=a/b"], "'ray.run_name': 'a/b'"),
+        (["--ray.run_name=.."], "'ray.run_name': '..'"),
+        (["--ray.run_name="], "'ray.run_name': ''"),
     ],
 )
 def test_bad_keys_and_values_name_the_key(args, fragment):
@@ -126,6 +149,26 @@ def test_unknown_parameter_roles_are_refused_before_ray_starts(arg, fragment, ca
     assert run.main([arg]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and fragment in err[0] and "roles are ('vision'" in err[0]
+
+
+def test_values_next_to_the_refused_ones_still_load():
+    cfg = parse_cli(
+        ["--data.val_fraction=0", "--data.val_episodes=[0, 1]", "--train.grad_clip=0"]
+        + ["--scheduler.min_lr_ratio=1", "--ray.run_name=my-run_2"]
+    )
+    assert cfg.data.val_episodes == [0, 1] and cfg.train.grad_clip == 0.0
+    assert cfg.scheduler.min_lr_ratio == 1.0 and cfg.ray.run_name == "my-run_2"
+
+
+def test_a_bad_value_exits_2_in_one_line_before_anything_is_written(tmp_path, capsys):
+    from raytrain_vla import run
+
+    storage = tmp_path / "runs"
+    args = [f"--ray.storage_path={storage}", f"--data.root={tmp_path / 'data'}"]
+    assert run.main([*args, "--optimizer.lr=-0.01"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'optimizer.lr': -0.01" in err[0]
+    assert not storage.exists() and not (tmp_path / "data").exists()
 
 
 def test_chunk_size_left_unset_is_the_families_default_and_a_set_one_is_kept():
