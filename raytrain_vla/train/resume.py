@@ -26,12 +26,36 @@ class ResumeRefused(ValueError):
     """The run directory holds a checkpoint of a different recipe or dataset."""
 
 
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The checkpoint Ray Train would resume from, or None for a new run."""
+def read_snapshot(run_dir: Path) -> dict | None:
+    """Ray Train's snapshot of the run's registered checkpoints; None when there is none.
+
+    An unreadable one is an error naming the file: treating it as absent would start the run
+    over and let the prune below delete every checkpoint.
+    """
     snapshot = run_dir / SNAPSHOT
     if not snapshot.is_file():
         return None
-    latest = json.loads(snapshot.read_text()).get("latest_checkpoint_result")
+    try:
+        data = json.loads(snapshot.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ResumeRefused(
+            f"{snapshot}: unreadable ({' '.join(str(err).split())}); it records the run's "
+            "checkpoints, so the run will not start without it (restore it from a backup, or "
+            "move the run directory aside and start again)"
+        ) from err
+    if not isinstance(data, dict):
+        raise ResumeRefused(f"{snapshot}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def checkpoint_dirs(run_dir: Path) -> list[Path]:
+    """Checkpoint directories on disk, oldest first (Ray names them by their timestamp)."""
+    return sorted(p for p in run_dir.glob("checkpoint_*") if p.is_dir())
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The checkpoint Ray Train would resume from, or None for a new run."""
+    latest = (read_snapshot(run_dir) or {}).get("latest_checkpoint_result")
     if not latest:
         return None
     return run_dir / latest["checkpoint_dir_name"]
@@ -44,15 +68,22 @@ def prune_untracked_checkpoints(run_dir: Path) -> list[str]:
     polls ranks every few seconds). Ray then resumes from the previous recorded one, and
     retention (`num_to_keep`) never sees the upload, so without this every such failure would
     leak a full model-and-optimizer copy. Call only when no attempt is writing: at loop start.
+
+    Only what a readable snapshot proves untracked, and newer than its latest registered
+    checkpoint, is deleted: without a snapshot nothing is (it may have been lost, and the
+    checkpoints are then the only copy of the run).
     """
-    snapshot = run_dir / SNAPSHOT
-    tracked = set()
-    if snapshot.is_file():
-        results = json.loads(snapshot.read_text()).get("checkpoint_results", [])
-        tracked = {r["checkpoint_dir_name"] for r in results}
+    try:
+        snapshot = read_snapshot(run_dir)
+    except ResumeRefused:
+        return []
+    if snapshot is None:
+        return []
+    tracked = {r["checkpoint_dir_name"] for r in snapshot.get("checkpoint_results", [])}
+    newest_tracked = max(tracked, default="")
     pruned = []
-    for path in sorted(run_dir.glob("checkpoint_*")):
-        if path.is_dir() and path.name not in tracked:
+    for path in checkpoint_dirs(run_dir):
+        if path.name not in tracked and path.name > newest_tracked:
             shutil.rmtree(path, ignore_errors=True)
             pruned.append(path.name)
     return pruned
@@ -85,12 +116,28 @@ def recipe_differences(old: dict, new: dict) -> list[str]:
 
 
 def check_resume(cfg: Config, run_dir: Path, dataset_fingerprint: str) -> Path | None:
-    """Raise ResumeRefused when the latest checkpoint is not this recipe on this dataset."""
+    """Raise ResumeRefused when the latest checkpoint is not this recipe on this dataset, or
+    when checkpoints lie there that no snapshot records (a new run would delete them)."""
     ckpt = latest_checkpoint(run_dir)
     if ckpt is None:
+        orphans = checkpoint_dirs(run_dir)
+        if orphans and read_snapshot(run_dir) is None:
+            raise ResumeRefused(
+                f"{run_dir}: refusing to start run '{cfg.ray.run_name}': {len(orphans)} "
+                f"checkpoint directories but no {SNAPSHOT} (Ray Train's record of them), and a "
+                "new run there would delete them. Keep the weights with `python -m "
+                f"raytrain_vla.export {orphans[-1]} OUT` and continue from them with "
+                "--model.init_from=OUT under another --ray.run_name (or --ray.resume=never); "
+                "delete the directories yourself if they are incomplete uploads"
+            )
         return None
     state = read_train_state(ckpt)
     problems = []
+    if state.step > cfg.train.steps:
+        problems.append(
+            f"train.steps is {cfg.train.steps} but the checkpoint is at step {state.step} "
+            f"(set --train.steps={state.step} or more)"
+        )
     if state.config_hash != recipe_hash(cfg):
         old = yaml.safe_load((ckpt / CONFIG).read_text())
         problems += recipe_differences(old, to_dict(cfg)) or ["recipe hash differs"]

@@ -2,14 +2,19 @@
 
 import json
 
-from raytrain_vla.config import load_config, to_dict
+import pytest
+
+from raytrain_vla.config import load_config, recipe_hash, to_dict
 from raytrain_vla.train.resume import (
     SNAPSHOT,
+    ResumeRefused,
+    check_resume,
     fresh_run_name,
     latest_checkpoint,
     prune_untracked_checkpoints,
     recipe_differences,
 )
+from raytrain_vla.train.train_state import TRAIN_STATE, TrainState
 
 
 def test_recipe_differences_ignore_resumable_keys():
@@ -38,19 +43,69 @@ def test_no_snapshot_means_a_new_run(tmp_path):
     assert latest_checkpoint(tmp_path / "missing") is None
 
 
-def test_prune_keeps_registered_checkpoints_and_removes_the_rest(tmp_path):
-    for name in ("checkpoint_a", "checkpoint_b", "checkpoint_orphan"):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "train_state.json").write_text("{}")
+def register(run_dir, names: list[str]) -> None:
+    """A snapshot as Ray Train writes it, recording `names` (the last is the latest)."""
+    results = [{"checkpoint_dir_name": n} for n in names]
+    latest = results[-1] if results else None
+    snapshot = {"checkpoint_results": results, "latest_checkpoint_result": latest}
+    (run_dir / SNAPSHOT).write_text(json.dumps(snapshot))
+
+
+def make_checkpoint(run_dir, name: str, step: int = 10, cfg=None) -> None:
+    cfg = cfg or load_config()
+    (run_dir / name).mkdir(parents=True)
+    state = TrainState(
+        step=step, epoch=0, sample_in_epoch=0, samples_seen=step * 64, world_size=2,
+        run_name="demo", config_hash=recipe_hash(cfg), dataset_fingerprint="fingerprint",
+    )  # fmt: skip
+    (run_dir / name / TRAIN_STATE).write_text(json.dumps(state.to_dict()))
+
+
+def test_prune_removes_only_unregistered_uploads_newer_than_the_latest_registered(tmp_path):
+    for name in ("checkpoint_1", "checkpoint_2", "checkpoint_3"):
+        make_checkpoint(tmp_path, name)
+    make_checkpoint(tmp_path, "checkpoint_0")  # older than every registered one: kept
     (tmp_path / "metrics.jsonl").write_text("")
-    results = [{"checkpoint_dir_name": "checkpoint_a"}, {"checkpoint_dir_name": "checkpoint_b"}]
-    (tmp_path / SNAPSHOT).write_text(json.dumps({"checkpoint_results": results}))
-    assert prune_untracked_checkpoints(tmp_path) == ["checkpoint_orphan"]
+    register(tmp_path, ["checkpoint_1", "checkpoint_2"])
+    assert prune_untracked_checkpoints(tmp_path) == ["checkpoint_3"]
     left = sorted(p.name for p in tmp_path.iterdir())
-    assert left == ["checkpoint_a", "checkpoint_b", SNAPSHOT, "metrics.jsonl"]
+    assert left == ["checkpoint_0", "checkpoint_1", "checkpoint_2", SNAPSHOT, "metrics.jsonl"]
 
 
-def test_prune_without_a_snapshot_removes_every_unregistered_upload(tmp_path):
-    (tmp_path / "checkpoint_x").mkdir()
-    assert prune_untracked_checkpoints(tmp_path) == ["checkpoint_x"]
+@pytest.mark.parametrize("snapshot", [None, "", '{"checkpoint_resu', "[1, 2]"])
+def test_a_missing_or_unreadable_snapshot_never_deletes_checkpoints(tmp_path, snapshot):
+    make_checkpoint(tmp_path, "checkpoint_1")
+    if snapshot is not None:
+        (tmp_path / SNAPSHOT).write_text(snapshot)
+    assert prune_untracked_checkpoints(tmp_path) == []
+    assert (tmp_path / "checkpoint_1").is_dir()
     assert prune_untracked_checkpoints(tmp_path / "missing") == []
+
+
+@pytest.mark.parametrize("snapshot", ["", '{"checkpoint_resu', "[1, 2]"])
+def test_an_unreadable_snapshot_is_an_error_naming_the_file(tmp_path, snapshot):
+    make_checkpoint(tmp_path, "checkpoint_1")
+    (tmp_path / SNAPSHOT).write_text(snapshot)
+    with pytest.raises(ResumeRefused, match=f"{tmp_path / SNAPSHOT}: "):
+        check_resume(load_config(), tmp_path, "fingerprint")
+
+
+def test_checkpoints_without_a_snapshot_refuse_the_start_and_say_how_to_keep_them(tmp_path):
+    make_checkpoint(tmp_path, "checkpoint_1")
+    make_checkpoint(tmp_path, "checkpoint_2")
+    with pytest.raises(ResumeRefused) as err:
+        check_resume(load_config(), tmp_path, "fingerprint")
+    message = str(err.value)
+    assert str(tmp_path) in message and "2 checkpoint directories but no" in message
+    assert f"raytrain_vla.export {tmp_path / 'checkpoint_2'} OUT" in message
+    assert (tmp_path / "checkpoint_1").is_dir() and (tmp_path / "checkpoint_2").is_dir()
+
+
+def test_resume_is_refused_when_train_steps_is_below_the_checkpoints_step(tmp_path):
+    cfg = load_config(None, ["--train.steps=50"])
+    make_checkpoint(tmp_path, "checkpoint_1", step=80, cfg=cfg)
+    register(tmp_path, ["checkpoint_1"])
+    with pytest.raises(ResumeRefused, match="train.steps is 50 but the checkpoint is at step 80"):
+        check_resume(cfg, tmp_path, "fingerprint")
+    longer = load_config(None, ["--train.steps=80"])
+    assert check_resume(longer, tmp_path, "fingerprint") == tmp_path / "checkpoint_1"
