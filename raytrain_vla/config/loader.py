@@ -234,6 +234,7 @@ def validate(cfg: Config) -> None:
     ]
     positive += ["train.log_interval", "train.val_interval", "train.save_interval"]
     positive += ["model.flow_vla.max_text_len", "model.flow_vla.num_inference_steps"]
+    positive += ["train.max_consecutive_skipped_updates"]
     positive += ["data.val_max_samples", "data.span_len", "data.shuffle_window"]
     positive += ["data.samples_per_read_task", "data.read_tasks_per_segment", "ray.num_to_keep"]
     for key in positive:
@@ -378,6 +379,7 @@ RESUMABLE_KEYS = (
     "eval",
     "debug",
     "train.steps",
+    "train.max_consecutive_skipped_updates",
     "train.micro_batch_size",
     "train.activation_checkpointing",
     "train.peak_tflops",

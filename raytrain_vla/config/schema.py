@@ -169,6 +169,8 @@ class TrainConfig:
     global_batch_size: int = 64
     micro_batch_size: int = 32
     grad_clip: float = 1.0
+    # Stop the run when this many updates in a row are skipped for non-finite gradients.
+    max_consecutive_skipped_updates: int = 20
     precision: Literal["fp32", "bf16"] = "fp32"
     activation_checkpointing: bool = False
     # Dense peak TFLOP/s per device for MFU; 0 looks it up from the GPU name (none on CPU).

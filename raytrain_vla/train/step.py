@@ -58,6 +58,10 @@ def sanitize_inputs(batch: dict) -> tuple[dict, torch.Tensor]:
     return _zero_non_finite(batch), (~bad).to(actions.dtype)
 
 
+class TrainingDiverged(RuntimeError):
+    """Updates were skipped for non-finite gradients too many steps in a row."""
+
+
 class StepRunner:
     """Owns the per-step math so the Ray loop, the benchmarks and the tests share it."""
 
@@ -70,6 +74,7 @@ class StepRunner:
         noise_fn: NoiseFn,
         grad_clip: float,
         nan_loss_step: int = -1,
+        max_consecutive_skipped: int = 20,
     ):
         self.model = model
         self.optimizer = optimizer
@@ -77,6 +82,9 @@ class StepRunner:
         self.noise_fn = noise_fn
         self.grad_clip = grad_clip
         self.nan_loss_step = nan_loss_step
+        self.max_consecutive_skipped = max_consecutive_skipped
+        self.skipped_in_a_row = 0
+        self.last_applied: tuple[int, float] | None = None  # (step, loss) of the last update
         params = dict(model.named_parameters())
         self.group_names = [g.name for g in groups]
         self.group_params = [[params[n] for n in g.param_names] for g in groups]
@@ -86,7 +94,31 @@ class StepRunner:
 
     def run(self, step: int, micro_batches: list[dict]) -> dict[str, float]:
         """Accumulate over `micro_batches` (this rank's share of one global batch) and update."""
-        return self.update(*self.accumulate(step, micro_batches))
+        metrics = self.update(*self.accumulate(step, micro_batches))
+        self._guard_skipped_updates(step, metrics)
+        return metrics
+
+    def _guard_skipped_updates(self, step: int, metrics: dict[str, float]) -> None:
+        """Stop a run that no longer trains: every rank sees the same all-reduced verdict, so
+        every rank raises at the same step and none waits in a collective."""
+        if not metrics["update_skipped"]:
+            self.skipped_in_a_row = 0
+            self.last_applied = (step, metrics["loss"])
+            return
+        self.skipped_in_a_row += 1
+        if self.skipped_in_a_row < self.max_consecutive_skipped:
+            return
+        last = (
+            f"the last applied update was step {self.last_applied[0]} at loss "
+            f"{self.last_applied[1]:.6g}"
+            if self.last_applied
+            else "no update was applied since this attempt started"
+        )
+        raise TrainingDiverged(
+            f"step {step}: {self.skipped_in_a_row} updates in a row skipped for non-finite "
+            f"gradients ({last}); lower the learning rate or check the data "
+            f"(train.max_consecutive_skipped_updates={self.max_consecutive_skipped})"
+        )
 
     def accumulate(self, step: int, micro_batches: list[dict]) -> tuple[torch.Tensor, ...]:
         """Forward/backward every micro-batch; gradients end up reduced (and sharded under FSDP).

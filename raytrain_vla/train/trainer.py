@@ -138,7 +138,7 @@ class Trainer:
         nan_step = cfg.debug.nan_loss_step if self.rank == cfg.debug.nan_loss_rank else -1
         self.runner = StepRunner(
             model, self.optimizer, self.scheduler, groups, noise_fn, cfg.train.grad_clip,
-            nan_loss_step=nan_step,
+            nan_loss_step=nan_step, max_consecutive_skipped=cfg.train.max_consecutive_skipped_updates,
         )  # fmt: skip
 
     def _restore(self) -> int:

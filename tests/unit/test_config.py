@@ -69,6 +69,7 @@ def test_lr_groups_from_the_command_line():
         (["--data.read_tasks_per_segment=-2"], "'data.read_tasks_per_segment': -2"),
         (["--data.val_max_samples=0"], "'data.val_max_samples': 0"),
         (["--ray.num_to_keep=0"], "'ray.num_to_keep': 0"),
+        (["--train.max_consecutive_skipped_updates=0"], "'train.max_consecutive_skipped_updates'"),
         (["--ray.run_name=../elsewhere"], "'ray.run_name': '../elsewhere', expected one directory"),
         (["--ray.run_name=a/b"], "'ray.run_name': 'a/b'"),
         (["--ray.run_name=.."], "'ray.run_name': '..'"),
