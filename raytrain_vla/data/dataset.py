@@ -90,6 +90,7 @@ class DatasetView:
             cfg.normalization_per_feature,
             source=str(meta.root / "meta" / "stats.json"),
             keep_stats=(*source.camera_keys, STATE, ACTION),
+            dims={STATE: meta.state_dim, ACTION: meta.action_dim},
         )
         # Shards carry their source's fingerprint: same samples, so a run may switch formats.
         fingerprint = getattr(source, "fingerprint", None) or dataset_fingerprint(meta)

@@ -56,8 +56,10 @@ class Normalizer:
         features=NORMALIZED_FEATURES,
         source: str = "stats",
         keep_stats: tuple[str, ...] = (),
+        dims: dict[str, int] | None = None,
     ) -> Normalizer:
-        """`keep_stats`: features whose raw statistics travel with the normaliser."""
+        """`keep_stats`: features whose raw statistics travel with the normaliser; `dims`: each
+        feature's length, which every statistic it needs must have."""
         modes, shift, scale = {}, {}, {}
         for feat in features:
             modes[feat] = (per_feature or {}).get(feat, mode)
@@ -74,6 +76,7 @@ class Normalizer:
                     f"'{modes[feat]}'); run `python -m raytrain_vla.data stats ROOT --force`"
                 )
             s = {k: np.asarray(have[k], dtype=np.float32) for k in needed}
+            _check_stats(s, feat, (dims or {}).get(feat), source)
             shift[feat], spread = affine(s)
             scale[feat] = np.maximum(spread, EPS).astype(np.float32)
         raw = {
@@ -126,6 +129,24 @@ class Normalizer:
         shift = torch.as_tensor(self.shift[feat], device=x.device, dtype=x.dtype)
         scale = torch.as_tensor(self.scale[feat], device=x.device, dtype=x.dtype)
         return x * scale + shift
+
+
+def _check_stats(stats: dict[str, np.ndarray], feat: str, dim: int | None, source: str) -> None:
+    """A NaN std would drop every sample as non-finite and "train" on nothing; a wrong length
+    fails later as a bare broadcast error."""
+    fix = "recompute them with `python -m raytrain_vla.data stats ROOT --force`"
+    for name, values in stats.items():
+        if dim is not None and values.shape != (dim,):
+            raise ValueError(
+                f"{source}: '{feat}' statistic '{name}' has shape {list(values.shape)}, expected "
+                f"[{dim}] (the feature's length); {fix}"
+            )
+        bad = np.flatnonzero(~np.isfinite(values))
+        if bad.size:
+            raise ValueError(
+                f"{source}: '{feat}' statistic '{name}' is {values.flat[bad[0]]} at index "
+                f"{int(bad[0])}, expected a finite number; {fix}"
+            )
 
 
 def _stats_to_json(stats: dict[str, dict[str, np.ndarray]]) -> dict:

@@ -6,6 +6,7 @@ breaks one thing. Errors are `DatasetError` or `VideoDecodeError` (both ValueErr
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 
@@ -14,7 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from raytrain_vla.config.schema import DataConfig
 from raytrain_vla.data.__main__ import main
+from raytrain_vla.data.dataset import DatasetView
 from raytrain_vla.data.demo import write_demo_dataset
 from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta
 from raytrain_vla.data.formats.lerobot_source import LeRobotSource
@@ -141,3 +144,26 @@ def test_inspect_reports_every_problem(demo, capsys):
     out = capsys.readouterr().out
     assert "episodes: 6  frames: 74" in out and "stats: -" in out
     assert out.rstrip().splitlines()[-4:] == ["3 problem(s):", *(f"  {p}" for p in problems)]
+
+
+@pytest.mark.parametrize(
+    ("feature", "stat", "value", "expected"),
+    [
+        ("observation.state", "std", [float("nan"), 1.0], "'std' is nan at index 0"),
+        ("action", "mean", [0.0, float("inf")], "'mean' is inf at index 1"),
+        ("action", "std", [1.0, 1.0, 1.0], "'std' has shape [3], expected [2]"),
+    ],
+)
+def test_unusable_stats_are_refused_when_the_training_view_opens(
+    demo, feature, stat, value, expected
+):
+    """A NaN std made every sample "non-finite", so every sample was dropped and the loss was 0."""
+    path = demo / "meta" / "stats.json"
+    stats = json.loads(path.read_text())
+    stats[feature][stat] = value
+    path.write_text(json.dumps(stats))
+    with pytest.raises(ValueError) as err:
+        DatasetView.open(DataConfig(root=str(demo), val_fraction=0.25), 1, 4)
+    message = str(err.value)
+    assert message.startswith(f"{path}: '{feature}' statistic {expected}")
+    assert "python -m raytrain_vla.data stats ROOT --force" in message
