@@ -167,3 +167,22 @@ def test_unusable_stats_are_refused_when_the_training_view_opens(
     message = str(err.value)
     assert message.startswith(f"{path}: '{feature}' statistic {expected}")
     assert "python -m raytrain_vla.data stats ROOT --force" in message
+
+
+@pytest.mark.parametrize(
+    ("template", "value", "expected"),
+    [
+        ("data_path", "../elsewhere/file-{file_index:03d}.parquet", "outside the dataset root"),
+        ("data_path", "/etc/file-{file_index:03d}.parquet", "outside the dataset root"),
+        ("video_path", "videos/{video_key.x}/file.mp4", "bad 'video_path'"),
+    ],
+)
+def test_dataset_paths_never_leave_the_root(demo, template, value, expected):
+    info_path = demo / "meta" / "info.json"
+    info = json.loads(info_path.read_text())
+    info[template] = value
+    info_path.write_text(json.dumps(info))
+    with pytest.raises(DatasetError) as err:
+        open_dataset(demo)
+    message = str(err.value)
+    assert message.startswith(f"{info_path}: ") and repr(value) in message and expected in message

@@ -10,6 +10,7 @@ because a silent mismatch between metadata and data would corrupt training quiet
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,10 +150,21 @@ class LeRobotMeta:
         return list(self.episodes["tasks"][episode])
 
     def _path(self, template: str, **fields) -> Path:
+        """A file the dataset names, never outside its root. Lexically: symlinks out of the
+        root (the Hugging Face cache links snapshots to blobs) are the user's choice."""
+        info_path = self.root / "meta/info.json"
+        pattern = self.info.get(template)
         try:
-            return self.root / str(self.info[template]).format(**fields)
-        except (KeyError, IndexError, ValueError) as e:
-            raise DatasetError(f"{self.root / 'meta/info.json'}: bad {template!r} ({e!r})") from e
+            relative = str(self.info[template]).format(**fields)
+        except (KeyError, IndexError, ValueError, AttributeError) as e:
+            raise DatasetError(f"{info_path}: bad {template!r} {pattern!r} ({e!r})") from e
+        path = Path(os.path.normpath(self.root / relative))
+        if not path.is_relative_to(os.path.normpath(self.root)):
+            raise DatasetError(
+                f"{info_path}: {template!r} {pattern!r} names {path}, outside the dataset root "
+                f"{self.root}"
+            )
+        return path
 
     def data_file(self, episode: int) -> Path:
         chunk = int(self.episodes["data/chunk_index"][episode])
