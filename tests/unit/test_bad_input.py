@@ -53,13 +53,14 @@ def _rewrite_column(root, name: str, rows: list) -> None:
 
 
 def test_missing_video_file(demo):
-    (demo / VIDEO).unlink()
-    with pytest.raises(
-        DatasetError, match=rf"{re.escape(VIDEO)}: video file missing; {FEATURE}, episode 0"
-    ):
-        open_dataset(demo)
     source = LeRobotSource(LeRobotMeta.load(demo), chunk_size=4)
-    with pytest.raises(
+    (demo / VIDEO).unlink()
+    missing = rf"{re.escape(VIDEO)}: video file missing; {FEATURE}, episode 0"
+    with pytest.raises(DatasetError, match=missing):
+        open_dataset(demo)
+    with pytest.raises(DatasetError, match=missing):  # the training source, when it opens
+        LeRobotSource(LeRobotMeta.load(demo), chunk_size=4)
+    with pytest.raises(  # gone after the source opened: the read task names it too
         VideoDecodeError, match=rf"{re.escape(VIDEO)}: video file not found; {FEATURE}, episode 2"
     ):
         source.read(np.array([_frame_of(demo, 2)]))

@@ -7,6 +7,8 @@ per task too, from the row groups that hold those samples.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from raytrain_vla.data.formats.frame_checks import describe_episodes
@@ -47,6 +49,11 @@ class LeRobotSource:
         for key in meta.video_keys:
             files = [str(meta.video_file(key, e)) for e in range(meta.num_episodes)]
             paths = sorted(set(files))
+            for path in paths:  # at open, on the driver: not mid-run inside a retried read task
+                if not Path(path).is_file():
+                    raise DatasetError(
+                        f"{path}: video file missing; feature '{key}', episode {files.index(path)}"
+                    )
             path_id = {f: i for i, f in enumerate(paths)}
             file_id = np.array([path_id[f] for f in files], dtype=np.int64)
             offset = np.array([meta.video_from_timestamp(key, e) for e in range(meta.num_episodes)])
