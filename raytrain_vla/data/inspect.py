@@ -17,14 +17,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from raytrain_vla.data.formats.frame_checks import describe_episodes, frame_problems
+from raytrain_vla.data.formats.frame_checks import (
+    describe_episodes,
+    frame_problems,
+    timestamp_problems,
+)
 from raytrain_vla.data.formats.images import decode_images
 from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta
 
 REQUIRED = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 TRAINING = ("observation.state", "action")
 _STATS = ("mean", "std", "min", "max")
-_TIME_TOLERANCE_S = 1e-4  # LeRobot's tolerance for timestamp == frame_index / fps
 
 
 def find_problems(root: str | Path) -> list[str]:
@@ -102,12 +105,7 @@ def _data_file_problems(meta: LeRobotMeta, path: Path, eps: np.ndarray) -> list[
             f"{path}: task_index {task[r]} is not one of the {len(meta.tasks)} tasks; "
             f"in episode {rows_ep[r]}"
         )
-    late = np.abs(table["timestamp"].to_numpy() - table["frame_index"].to_numpy() / meta.fps)
-    for r in np.flatnonzero(late > _TIME_TOLERANCE_S)[:1]:
-        out.append(
-            f"{path}: timestamp {table['timestamp'][r]} is not frame_index / fps "
-            f"({table['frame_index'][r]} / {meta.fps}); in episode {rows_ep[r]}"
-        )
+    out += timestamp_problems(path, table, meta.fps)
     firsts = np.unique(rows_ep, return_index=True)[1]
     for key in meta.image_keys:
         out += _image_problems(meta, path, key, firsts, rows_ep[firsts])

@@ -187,3 +187,21 @@ def test_dataset_paths_never_leave_the_root(demo, template, value, expected):
         open_dataset(demo)
     message = str(err.value)
     assert message.startswith(f"{info_path}: ") and repr(value) in message and expected in message
+
+
+def test_timestamps_out_of_step_with_frame_index_are_refused_at_open(demo):
+    """Training decoded such a frame with half-frame tolerance, i.e. a neighbouring frame."""
+    table = pq.read_table(demo / DATA)
+    times = table["timestamp"].to_numpy().copy()
+    row = int(np.flatnonzero(table["episode_index"].to_numpy() == 3)[5])
+    times[row] += 0.04  # 0.4 of a frame at 10 fps: still "decodable", but another frame's time
+    col = pa.array(times, type=table.schema.field("timestamp").type)
+    pq.write_table(
+        table.set_column(table.schema.get_field_index("timestamp"), "timestamp", col), demo / DATA
+    )
+    msg = rf"{re.escape(DATA)}: timestamp .* is not frame_index / fps \(5 / 10.*; in episode 3, frame 5"
+    with pytest.raises(DatasetError, match=msg):
+        LeRobotSource(LeRobotMeta.load(demo), chunk_size=4)
+    with pytest.raises(DatasetError, match=msg):
+        open_dataset(demo)
+    assert any(re.search(msg, p) for p in find_problems(demo))

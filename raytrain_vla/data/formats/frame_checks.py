@@ -105,3 +105,21 @@ def column_problems(
 
 def _is_list(typ: pa.DataType) -> bool:
     return pa.types.is_fixed_size_list(typ) or pa.types.is_list(typ) or pa.types.is_large_list(typ)
+
+
+TIMESTAMP_TOLERANCE_S = 1e-4  # LeRobot's tolerance for timestamp == frame_index / fps
+
+
+def timestamp_problems(path: Path, table: pa.Table, fps: float) -> list[str]:
+    """The first frame whose timestamp is not frame_index / fps: LeRobot refuses such a dataset
+    when it opens it, and a video decode would return a neighbouring frame for it."""
+    timestamp = table["timestamp"].to_numpy()
+    frame = table["frame_index"].to_numpy()
+    late = np.abs(timestamp - frame / fps) > TIMESTAMP_TOLERANCE_S
+    return [
+        f"{path}: timestamp {timestamp[r]} is not frame_index / fps ({frame[r]} / {fps}, "
+        f"tolerance {TIMESTAMP_TOLERANCE_S} s); in episode {table['episode_index'][r]}, "
+        f"frame {frame[r]}"
+        for r in np.flatnonzero(late)[:1]
+    ]
+

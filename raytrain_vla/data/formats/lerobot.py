@@ -19,7 +19,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from raytrain_vla.data.formats.frame_checks import describe_episodes, frame_problems
+from raytrain_vla.data.formats.frame_checks import (
+    describe_episodes,
+    frame_problems,
+    timestamp_problems,
+)
 from raytrain_vla.data.formats.lerobot_common import (
     DatasetError,
     check_episodes,
@@ -226,6 +230,8 @@ def read_frames_table(meta: LeRobotMeta, columns: Sequence[str]) -> pa.Table:
     for path, eps in meta.data_files().items():
         table = read_parquet(path, cols, describe_episodes(eps))
         problems = frame_problems(path, table, meta.features, eps, meta.episode_length, expect)
+        if not problems and {"timestamp", "frame_index"} <= set(cols):
+            problems = timestamp_problems(path, table, meta.fps)
         if problems:
             raise DatasetError(problems[0])
         parts.append(table)

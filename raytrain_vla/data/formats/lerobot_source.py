@@ -33,7 +33,9 @@ class LeRobotSource:
             raise DatasetError(
                 f"{meta.root / 'meta' / 'info.json'}: features {missing} are required"
             )
-        table = read_frames_table(meta, ["episode_index", "timestamp", "task_index", STATE, ACTION])
+        table = read_frames_table(
+            meta, ["episode_index", "frame_index", "timestamp", "task_index", STATE, ACTION]
+        )
         self.chunk_size = chunk_size
         self.state = column_to_numpy(table, STATE).astype(np.float32)
         self.action = column_to_numpy(table, ACTION).astype(np.float32)
