@@ -15,6 +15,7 @@ from typing import TypeVar
 import numpy as np
 import torch
 
+from raytrain_vla.data.formats.atomic import write_text_atomic
 from raytrain_vla.data.formats.lerobot import ACTION, STATE
 
 NORMALIZED_FEATURES = (STATE, ACTION)
@@ -110,7 +111,7 @@ class Normalizer:
         )
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2))
+        write_text_atomic(Path(path), json.dumps(self.to_dict(), indent=2))
 
     @classmethod
     def load(cls, path: str | Path) -> Normalizer:

@@ -7,12 +7,12 @@ moments exactly and computes exact quantiles from the gathered low-dimensional c
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import ray
 
+from raytrain_vla.data.formats.atomic import write_text_atomic
 from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta
 
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
@@ -84,7 +84,5 @@ def write_stats(root: str | Path, force: bool = False) -> tuple[Path, bool]:
         return path, False
     merged = json.loads(path.read_text()) if path.exists() else {}
     merged.update(compute_stats(root, features))
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(merged, indent=2))
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(merged, indent=2))
     return path, True

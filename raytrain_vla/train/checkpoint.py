@@ -26,9 +26,11 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from raytrain_vla.config import from_tree
+from raytrain_vla.data.formats.atomic import write_text_atomic
 from raytrain_vla.data.normalize import Normalizer
 from raytrain_vla.policy.format import CHECKPOINT_META, NORMALIZATION, PolicyMeta, read_meta
 from raytrain_vla.train.init_source import build_init_source
+from raytrain_vla.train.manifest import write_manifest
 from raytrain_vla.train.train_state import (
     RNG_DIR,
     TRAIN_STATE,
@@ -68,11 +70,12 @@ def save_checkpoint(
     (directory / RNG_DIR).mkdir(exist_ok=True)
     torch.save(rng_state(), directory / RNG_DIR / f"rank{rank}.pt")
     if rank == 0:
-        (directory / TRAIN_STATE).write_text(json.dumps(train_state.to_dict(), indent=2))
-        (directory / SCHEDULER).write_text(json.dumps(scheduler.state_dict(), indent=2))
-        (directory / CONFIG).write_text(config_yaml)
+        write_text_atomic(directory / TRAIN_STATE, json.dumps(train_state.to_dict(), indent=2))
+        write_text_atomic(directory / SCHEDULER, json.dumps(scheduler.state_dict(), indent=2))
+        write_text_atomic(directory / CONFIG, config_yaml)
         normalizer.save(directory / NORMALIZATION)
-        (directory / CHECKPOINT_META).write_text(json.dumps(policy.to_dict(), indent=2))
+        write_text_atomic(directory / CHECKPOINT_META, json.dumps(policy.to_dict(), indent=2))
+    write_manifest(directory, rank)  # last: a checkpoint with a manifest is complete
 
 
 def load_checkpoint(

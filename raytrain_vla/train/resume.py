@@ -17,7 +17,8 @@ import yaml
 from raytrain_vla.config import Config, recipe_hash, to_dict
 from raytrain_vla.config.loader import RESUMABLE_KEYS
 from raytrain_vla.train.checkpoint import CONFIG
-from raytrain_vla.train.train_state import read_train_state
+from raytrain_vla.train.manifest import checkpoint_problems
+from raytrain_vla.train.train_state import TrainState, read_train_state
 
 SNAPSHOT = "checkpoint_manager_snapshot.json"  # Ray Train's record of registered checkpoints
 
@@ -51,6 +52,16 @@ def read_snapshot(run_dir: Path) -> dict | None:
 def checkpoint_dirs(run_dir: Path) -> list[Path]:
     """Checkpoint directories on disk, oldest first (Ray names them by their timestamp)."""
     return sorted(p for p in run_dir.glob("checkpoint_*") if p.is_dir())
+
+
+class CheckpointDamaged(ValueError):
+    """No registered checkpoint of the run is complete."""
+
+
+def registered_checkpoints(run_dir: Path) -> list[str]:
+    """Names of the checkpoints Ray Train registered and keeps, as its snapshot lists them."""
+    snapshot = read_snapshot(run_dir) or {}
+    return [r["checkpoint_dir_name"] for r in snapshot.get("checkpoint_results", [])]
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
@@ -131,7 +142,7 @@ def check_resume(cfg: Config, run_dir: Path, dataset_fingerprint: str) -> Path |
                 "delete the directories yourself if they are incomplete uploads"
             )
         return None
-    state = read_train_state(ckpt)
+    ckpt, state = _newest_sound(run_dir, ckpt)
     problems = []
     if state.step > cfg.train.steps:
         problems.append(
@@ -152,6 +163,26 @@ def check_resume(cfg: Config, run_dir: Path, dataset_fingerprint: str) -> Path |
             + " (use another --ray.run_name, or --ray.resume=never to start a new run)"
         )
     return ckpt
+
+
+def _newest_sound(run_dir: Path, latest: Path) -> tuple[Path, TrainState]:
+    """The checkpoint a resume will load: `latest`, else the newest registered one before it
+    whose train state reads and whose file sizes match its manifest (the workers then verify
+    checksums too, and say which file was bad)."""
+    older = sorted((n for n in registered_checkpoints(run_dir) if n < latest.name), reverse=True)
+    first_problem = ""
+    for candidate in [latest, *(run_dir / n for n in older)]:
+        problems = checkpoint_problems(candidate, checksums=False)
+        if not problems:
+            try:
+                return candidate, read_train_state(candidate)
+            except ValueError as err:
+                problems = [str(err)]
+        first_problem = first_problem or problems[0]
+    raise CheckpointDamaged(
+        f"{run_dir}: no complete checkpoint to resume from ({first_problem}); start a new run "
+        "with --ray.resume=never"
+    )
 
 
 def fresh_run_name(storage: Path, name: str) -> str:

@@ -114,4 +114,10 @@ def read_train_state(directory: Path) -> TrainState:
     path = directory / TRAIN_STATE
     if not path.is_file():
         raise ValueError(f"{directory}: not a complete checkpoint (missing {TRAIN_STATE})")
-    return TrainState.from_dict(json.loads(path.read_text()))
+    try:
+        data = json.loads(path.read_text())
+        return TrainState.from_dict(data)
+    except (ValueError, TypeError, AttributeError) as err:  # garbage, a list, missing fields
+        raise ValueError(
+            f"{path}: not a train state ({' '.join(str(err).split())}); the checkpoint is damaged"
+        ) from err

@@ -33,6 +33,7 @@ from raytrain_vla.train.flops import example_columns, peak_tflops, training_flop
 from raytrain_vla.train.fsdp import apply_fsdp
 from raytrain_vla.train.init_source import build_init_source
 from raytrain_vla.train.inputs import train_stream, val_batches
+from raytrain_vla.train.manifest import all_problems
 from raytrain_vla.train.materialize import gather_full_state, materialize_from_rank0, meta_model
 from raytrain_vla.train.metrics import MetricsLogger
 from raytrain_vla.train.noise import flow_noise_and_time
@@ -43,10 +44,19 @@ from raytrain_vla.train.optim import (
     freeze_for_config,
     resolve_groups,
 )
-from raytrain_vla.train.resume import prune_untracked_checkpoints
+from raytrain_vla.train.resume import (
+    CheckpointDamaged,
+    prune_untracked_checkpoints,
+    registered_checkpoints,
+)
 from raytrain_vla.train.step import StepRunner
 from raytrain_vla.train.throughput import ThroughputMeter
-from raytrain_vla.train.train_state import TrainState, check_frozen, frozen_checksum
+from raytrain_vla.train.train_state import (
+    TrainState,
+    check_frozen,
+    frozen_checksum,
+    read_train_state,
+)
 from raytrain_vla.train.validate import validate
 
 
@@ -146,8 +156,9 @@ class Trainer:
         with self.session.latest_checkpoint() as ckpt_dir:
             if ckpt_dir is None:
                 return 0
+            chosen = self._sound_checkpoint(Path(ckpt_dir))
             state = load_checkpoint(
-                ckpt_dir, self.model, self.optimizer, self.scheduler, self.rank, self.world,
+                chosen, self.model, self.optimizer, self.scheduler, self.rank, self.world,
                 self.frozen,
             )  # fmt: skip
         if (
@@ -162,6 +173,29 @@ class Trainer:
         init_source = f"model.init_from={self.cfg.model.init_from or '(none: seeded init)'}"
         check_frozen(state, self.frozen_sum, init_source)
         return state.step
+
+    def _sound_checkpoint(self, latest: Path) -> Path:
+        """`latest`, or the newest registered checkpoint before it whose files all match their
+        manifest: a damaged one is named in one line and skipped, never loaded or retried."""
+        older = [
+            self.run_dir / name
+            for name in sorted(registered_checkpoints(self.run_dir), reverse=True)
+            if name < latest.name
+        ]
+        for candidate in [latest, *older]:
+            problems = all_problems(candidate, self.rank, self.world)
+            if not problems:
+                try:
+                    read_train_state(candidate)
+                    return candidate
+                except ValueError as err:
+                    problems = [str(err)]
+            if self.rank == 0:
+                print(f"[raytrain_vla] skipping damaged checkpoint {candidate}: {problems[0]}")
+        raise CheckpointDamaged(
+            f"{self.run_dir}: no complete checkpoint to resume from (every registered one is "
+            "damaged, see above); start a new run with --ray.resume=never"
+        )
 
     def _open_logger(self) -> MetricsLogger:
         cfg = self.cfg

@@ -7,6 +7,7 @@ exported weights must be bitwise equal and the committed per-step sample ids ide
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from _runs import short_run_args
 from safetensors.numpy import load_file
 
 from raytrain_vla import run
-from raytrain_vla.train.resume import latest_checkpoint
+from raytrain_vla.train.resume import latest_checkpoint, registered_checkpoints
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 STEPS = 8  # checkpoints at 3 and 6 (save_interval=3) and 8
@@ -65,10 +66,14 @@ def test_worker_sigkill_mid_run_recovers_bitwise(reference, demo_root, tmp_path)
     assert run.main([*args, "--debug.kill_at_step=4", "--debug.kill_rank=1"]) == 0
     run_dir = tmp_path / "killed"
     assert (run_dir / ".fault_kill_4").exists()
-    # Retention: of the checkpoints at steps 3, 6 and 8 only the last is left.
-    on_disk = [p for p in run_dir.glob("checkpoint_*") if p.is_dir()]
-    assert on_disk == [latest_checkpoint(run_dir)]
-    assert json.loads((on_disk[0] / "train_state.json").read_text())["step"] == STEPS
+    # Retention: of the checkpoints at steps 3, 6 and 8 only the last is registered and left.
+    # An upload the kill cut off before Ray registered any checkpoint may stay too: with no
+    # snapshot to prove it unregistered, the prune keeps it (it never deletes on a guess).
+    latest = latest_checkpoint(run_dir)
+    on_disk = sorted(p for p in run_dir.glob("checkpoint_*") if p.is_dir())
+    assert on_disk[-1] == latest and registered_checkpoints(run_dir) == [latest.name]
+    assert len(on_disk) <= 2
+    assert json.loads((latest / "train_state.json").read_text())["step"] == STEPS
     rows = [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()]
     assert sum(r["step"] == 3 and r["rank"] == 1 for r in rows) == 2, "step 4 (index 3) was redone"
     assert committed_ids(run_dir) == committed_ids(reference)
@@ -102,6 +107,24 @@ def test_validation_has_no_side_effects(reference, demo_root, tmp_path):
     )
     run_dir = tmp_path / "with_val"
     assert losses(run_dir) == losses(reference)
+    assert_same_weights(run_dir, reference)
+
+
+def test_damaged_latest_checkpoint_falls_back_to_the_previous_one(reference, demo_root, tmp_path):
+    """The finished reference run (checkpoints at steps 6 and 8), its step-8 shard truncated,
+    run again: it resumes from step 6, redoes steps 6-7 and ends bitwise where it ended.
+    Runs before the test below extends the reference run."""
+    run_dir = tmp_path / "reference"
+    shutil.copytree(reference, run_dir)
+    latest = latest_checkpoint(run_dir)
+    assert json.loads((latest / "train_state.json").read_text())["step"] == STEPS
+    shard = latest / "__1_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:-64])
+    before = len((run_dir / "samples.jsonl").read_text().splitlines())
+    assert run.main(_args(demo_root, tmp_path, "reference", STEPS, DEBUG)) == 0
+    redone = [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()[before:]]
+    assert sorted({r["step"] for r in redone}) == [6, 7]
+    assert committed_ids(run_dir) == committed_ids(reference)
     assert_same_weights(run_dir, reference)
 
 

@@ -53,3 +53,33 @@ def replacing_directory(target: Path) -> Iterator[Path]:
             os.replace(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` in one step, durably: a crash leaves the old file or the new
+    one, never a truncated mix (checkpoint sidecars, exports, stats)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_directory(path.parent)
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a rename in `directory` durable (best effort: some filesystems refuse it)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -122,4 +122,3 @@ def timestamp_problems(path: Path, table: pa.Table, fps: float) -> list[str]:
         f"frame {frame[r]}"
         for r in np.flatnonzero(late)[:1]
     ]
-
