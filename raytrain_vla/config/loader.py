@@ -306,10 +306,10 @@ def _check_optimization(cfg: Config) -> None:
     rates = [("optimizer.lr", opt.lr, opt.weight_decay)]
     rates += [(f"optimizer.groups[{g.name}].lr", g.lr, g.weight_decay) for g in opt.groups]
     for key, lr, weight_decay in rates:
-        if not lr > 0:  # also NaN
+        if not lr >= 0:  # also NaN; 0 is allowed (a run that must leave weights as loaded)
             raise ConfigError(
-                f"bad value for '{key}': {lr}, expected a positive learning rate (keep a role "
-                "fixed with 'optimizer.freeze_roles')"
+                f"bad value for '{key}': {lr}, expected a learning rate >= 0 (keep a role fixed "
+                "with 'optimizer.freeze_roles')"
             )
         if not weight_decay >= 0:
             decay_key = key.removesuffix(".lr") + ".weight_decay"

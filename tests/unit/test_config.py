@@ -51,7 +51,7 @@ def test_lr_groups_from_the_command_line():
         (["--model.lora.r=-1"], "'model.lora'"),
         (["--model.lora.dropout=1.5"], "'model.lora'"),
         # Each of these was accepted before, and failed late or trained silently wrong.
-        (["--optimizer.lr=-0.001"], "'optimizer.lr': -0.001, expected a positive learning rate"),
+        (["--optimizer.lr=-0.001"], "'optimizer.lr': -0.001, expected a learning rate >= 0"),
         (["--optimizer.lr=.nan"], "'optimizer.lr': nan"),
         (["--optimizer.weight_decay=-1"], "'optimizer.weight_decay': -1.0, expected >= 0"),
         (["--optimizer.groups=[{name: v, lr: -0.1}]"], "'optimizer.groups[v].lr': -0.1"),
