@@ -35,7 +35,7 @@ def digest_directory(directory: Path) -> dict[str, dict[str, int]]:
     return {
         p.relative_to(directory).as_posix(): file_digest(p)
         for p in sorted(directory.rglob("*"))
-        if p.is_file() and p.name != MANIFEST and not p.name.startswith(".tmp")
+        if p.is_file() and p.name != MANIFEST
     }
 
 

@@ -64,6 +64,13 @@ def registered_checkpoints(run_dir: Path) -> list[str]:
     return [r["checkpoint_dir_name"] for r in snapshot.get("checkpoint_results", [])]
 
 
+def resume_candidates(run_dir: Path, latest: Path) -> list[Path]:
+    """`latest`, then the registered checkpoints before it, newest first: where a resume falls
+    back to when the latest is damaged."""
+    older = sorted((n for n in registered_checkpoints(run_dir) if n < latest.name), reverse=True)
+    return [latest, *(run_dir / n for n in older)]
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
     """The checkpoint Ray Train would resume from, or None for a new run."""
     latest = (read_snapshot(run_dir) or {}).get("latest_checkpoint_result")
@@ -169,9 +176,8 @@ def _newest_sound(run_dir: Path, latest: Path) -> tuple[Path, TrainState]:
     """The checkpoint a resume will load: `latest`, else the newest registered one before it
     whose train state reads and whose file sizes match its manifest (the workers then verify
     checksums too, and say which file was bad)."""
-    older = sorted((n for n in registered_checkpoints(run_dir) if n < latest.name), reverse=True)
     first_problem = ""
-    for candidate in [latest, *(run_dir / n for n in older)]:
+    for candidate in resume_candidates(run_dir, latest):
         problems = checkpoint_problems(candidate, checksums=False)
         if not problems:
             try:

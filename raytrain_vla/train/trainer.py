@@ -47,7 +47,7 @@ from raytrain_vla.train.optim import (
 from raytrain_vla.train.resume import (
     CheckpointDamaged,
     prune_untracked_checkpoints,
-    registered_checkpoints,
+    resume_candidates,
 )
 from raytrain_vla.train.step import StepRunner
 from raytrain_vla.train.throughput import ThroughputMeter
@@ -177,12 +177,7 @@ class Trainer:
     def _sound_checkpoint(self, latest: Path) -> Path:
         """`latest`, or the newest registered checkpoint before it whose files all match their
         manifest: a damaged one is named in one line and skipped, never loaded or retried."""
-        older = [
-            self.run_dir / name
-            for name in sorted(registered_checkpoints(self.run_dir), reverse=True)
-            if name < latest.name
-        ]
-        for candidate in [latest, *older]:
+        for candidate in resume_candidates(self.run_dir, latest):
             problems = all_problems(candidate, self.rank, self.world)
             if not problems:
                 try:
