@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import hashlib
 import json
 import typing
@@ -19,15 +20,18 @@ import draccus
 import yaml
 
 from raytrain_vla.config.schema import Config
+from raytrain_vla.errors import NotRetriable
 
 DEFAULT_CONFIG = "default.yaml"
 
 
-class ConfigError(ValueError):
+class ConfigError(NotRetriable, ValueError):
     """A config file or override that does not fit the schema; the message names the key."""
 
 
+@functools.cache
 def _field_types(cls: type) -> dict[str, Any]:
+    """Resolved once per schema class: a sweep's space check decodes hundreds of configs."""
     return typing.get_type_hints(cls)
 
 

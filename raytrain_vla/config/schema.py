@@ -238,6 +238,8 @@ class DebugConfig:
     # checkpoint write (after its shards are written, before the report).
     kill_at_step: int = -1
     crash_in_checkpoint_at_step: int = -1
+    # Raise a data error on rank `kill_rank` after this step, on every attempt (a bad file).
+    bad_data_at_step: int = -1
     kill_rank: int = 0
     # Sleep this long after every step, so tests can change the cluster mid-run; no effect on math.
     step_delay_s: float = 0.0

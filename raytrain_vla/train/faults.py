@@ -1,7 +1,9 @@
-"""Fault injection for the reliability tests: a worker SIGKILL, a crash inside a checkpoint write.
+"""Fault injection for the reliability tests: a worker SIGKILL, a crash inside a checkpoint write,
+bad data found mid-run.
 
-Each fault fires once per run directory (a marker file records it), so the restarted attempt
-runs clean and the test can compare it with an uninterrupted run.
+The first two fire once per run directory (a marker file records it), so the restarted attempt
+runs clean and the test can compare it with an uninterrupted run. Bad data fires on every
+attempt, as a real bad file would.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import time
 from pathlib import Path
 
 from raytrain_vla.config.schema import DebugConfig
+from raytrain_vla.data.formats.lerobot_common import DatasetError
 
 
 def _once(run_dir: Path, name: str) -> bool:
@@ -29,6 +32,8 @@ def after_step(cfg: DebugConfig, step: int, rank: int, run_dir: Path) -> None:
     """SIGKILL this worker process once, right after optimizer step `cfg.kill_at_step`."""
     if step == cfg.kill_at_step and rank == cfg.kill_rank and _once(run_dir, f"kill_{step}"):
         os.kill(os.getpid(), signal.SIGKILL)
+    if step == cfg.bad_data_at_step and rank == cfg.kill_rank:
+        raise DatasetError(f"injected bad data after step {step} (debug.bad_data_at_step)")
 
 
 def in_checkpoint_write(cfg: DebugConfig, step: int, rank: int, run_dir: Path) -> None:

@@ -6,13 +6,15 @@ Used by `run` and by every Tune trial (`tuning/sweep.py`).
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import ray
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-from ray.train.torch import TorchConfig, TorchTrainer
+from ray.train.torch import TorchConfig
 
 from raytrain_vla.config import Config, to_dict
+from raytrain_vla.train.failure_policy import Trainer
 from raytrain_vla.train.worker import train_loop_per_worker
 
 try:  # Ray Train's console level arrived late in 2.x; without it its INFO lines stay
@@ -22,13 +24,27 @@ except ImportError:
 
 
 def init_ray(cfg: Config, max_concurrent_trials: int = 1) -> None:
-    """Join the given (or the job's) cluster, else start a local one with CPUs for Ray Data too."""
+    """Join the given (or the job's) cluster; else join a cluster `ray start` runs on this node
+    (as a bare `ray.init()` would), saying so; else start a private one with CPUs for Ray Data
+    too. `ray.local_num_cpus`, when given, always gets a private cluster of that size."""
     if ray.is_initialized():
         return
     address = cfg.ray.address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address)
         return
+    running, recorded = _cluster_started_here()
+    if running and not cfg.ray.local_num_cpus:
+        print(
+            f"note: joining the Ray cluster `ray start` runs on this node ({running}); its "
+            "resources are used as they are (set ray.local_num_cpus for a private cluster)",
+            file=sys.stderr,
+        )
+        ray.init(address="auto")  # what a bare ray.init() does (and its auth token lookup)
+        return
+    if running or recorded:
+        why = "ray.local_num_cpus is set" if running else f"the one at {recorded} is gone"
+        print(f"note: starting a private Ray cluster ({why})", file=sys.stderr)
     workers = (
         cfg.ray.num_workers if isinstance(cfg.ray.num_workers, int) else cfg.ray.num_workers[1]
     )
@@ -37,11 +53,32 @@ def init_ray(cfg: Config, max_concurrent_trials: int = 1) -> None:
     # The dashboard also serves the State API; without it Ray Train's placement-group cleaner
     # logs a warning every few seconds. None starts it whole with `ray[default]` installed and
     # without the optional modules otherwise (a minimal Ray, like the GPU check's), where True
-    # would refuse to start the cluster.
-    ray.init(num_cpus=num_cpus, include_dashboard=None, log_to_driver=True)
+    # would refuse to start the cluster. "local": Ray would otherwise connect to the cluster
+    # its node file names, and refuse num_cpus for it.
+    ray.init(
+        address="local" if (running or recorded) else None,
+        num_cpus=num_cpus,
+        include_dashboard=None,
+        log_to_driver=True,
+    )
 
 
-def build_trainer(cfg: Config, callbacks: list | None = None) -> TorchTrainer:
+def _cluster_started_here() -> tuple[str | None, str | None]:
+    """(address of a live cluster `ray start` recorded on this node, the recorded address).
+
+    Ray's own lookup (private, hence guarded): `ray start` writes the address to a file in
+    Ray's temp directory; a cluster stopped by a kill leaves the file behind."""
+    try:
+        from ray._private.services import find_bootstrap_address, find_gcs_addresses
+    except ImportError:
+        return None, None
+    recorded = find_bootstrap_address(None)
+    if recorded is None:
+        return None, None
+    return (recorded if recorded in find_gcs_addresses() else None), recorded
+
+
+def build_trainer(cfg: Config, callbacks: list | None = None) -> Trainer:
     storage = str(Path(cfg.ray.storage_path).expanduser().resolve())
     resources = dict(cfg.ray.resources_per_worker)
     quiet = {}
@@ -49,7 +86,7 @@ def build_trainer(cfg: Config, callbacks: list | None = None) -> TorchTrainer:
         quiet["logging_config"] = TrainLoggingConfig(log_level=cfg.logging.ray_train_log_level)
     if cfg.ray.use_gpu:
         resources.setdefault("GPU", 1.0)
-    return TorchTrainer(
+    return Trainer(
         train_loop_per_worker,
         train_loop_config=to_dict(cfg),
         torch_config=TorchConfig(backend="nccl" if cfg.ray.use_gpu else "gloo"),

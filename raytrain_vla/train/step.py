@@ -17,6 +17,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import FSDPModule
 
+from raytrain_vla.errors import NotRetriable
 from raytrain_vla.train.optim import ParamGroup
 
 NoiseFn = Callable[[int, list[int]], tuple[torch.Tensor, torch.Tensor]]
@@ -58,7 +59,7 @@ def sanitize_inputs(batch: dict) -> tuple[dict, torch.Tensor]:
     return _zero_non_finite(batch), (~bad).to(actions.dtype)
 
 
-class TrainingDiverged(RuntimeError):
+class TrainingDiverged(NotRetriable, RuntimeError):
     """Updates were skipped for non-finite gradients too many steps in a row."""
 
 

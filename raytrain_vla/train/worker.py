@@ -14,6 +14,7 @@ import ray.train.torch
 import torch
 
 from raytrain_vla.config import from_tree
+from raytrain_vla.errors import as_not_retriable
 from raytrain_vla.train.trainer import Trainer
 
 
@@ -43,7 +44,13 @@ def train_loop_per_worker(config_dict: dict) -> None:
     cfg = from_tree(config_dict, "train loop config")
     _quiet_report_log()
     torch.set_num_threads(max(1, int(cfg.ray.resources_per_worker.get("CPU", 1))))
-    Trainer(cfg, RayTrainSession()).fit()
+    try:
+        Trainer(cfg, RayTrainSession()).fit()
+    except Exception as err:
+        reported = as_not_retriable(err)
+        if reported is err:
+            raise
+        raise reported from err
 
 
 def _quiet_report_log() -> None:

@@ -128,6 +128,19 @@ def test_damaged_latest_checkpoint_falls_back_to_the_previous_one(reference, dem
     assert_same_weights(run_dir, reference)
 
 
+def test_an_error_a_retry_cannot_fix_is_not_retried(demo_root, tmp_path, capsys):
+    """Bad data found after step 2 on rank 1: with max_failures=3 Ray would run the same steps
+    four times and hit the same file each time; the run ends after the first attempt."""
+    args = _args(demo_root, tmp_path, "bad_data", STEPS, DEBUG, "--ray.max_failures=3")
+    assert run.main([*args, "--debug.bad_data_at_step=2", "--debug.kill_rank=1"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: training failed:") and "injected bad data after step 2" in err
+    rows = [
+        json.loads(x) for x in (tmp_path / "bad_data" / "samples.jsonl").read_text().splitlines()
+    ]
+    assert sum(r["step"] == 0 and r["rank"] == 0 for r in rows) == 1, "the run was retried"
+
+
 def test_changed_recipe_is_refused_before_anything_is_written(reference, demo_root, capsys):
     storage = reference.parent
     before = {p: p.stat().st_mtime_ns for p in reference.rglob("*")}

@@ -8,6 +8,7 @@ dispatches to it.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,9 +16,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from raytrain_vla.errors import NotRetriable
 
-class DatasetError(ValueError):
+
+class DatasetError(NotRetriable, ValueError):
     """The dataset on disk disagrees with what its metadata (or the LeRobot format) promises."""
+
+
+def inside_root(root: Path, relative: str, where: str) -> Path:
+    """`root / relative`, refused when it resolves outside `root`. Lexically: symlinks out of the
+    root (the Hugging Face cache links snapshots to blobs) are the user's choice; a `..` or an
+    absolute path in a file the dataset ships is not."""
+    path = Path(os.path.normpath(Path(root) / relative))
+    if not path.is_relative_to(os.path.normpath(root)):
+        raise DatasetError(f"{where}: {relative!r} names {path}, outside the dataset root {root}")
+    return path
 
 
 def read_json(path: Path, what: str) -> dict:

@@ -27,6 +27,8 @@ import av.error
 import numpy as np
 from av.video.reformatter import VideoReformatter
 
+from raytrain_vla.errors import NotRetriable
+
 # Settings chosen for small synthetic frames: near-lossless colour, cheap random access
 # (a keyframe every GOP frames) and no B-frames, so decode order equals presentation order.
 DEFAULT_CODEC = "libx264"
@@ -42,7 +44,7 @@ if "threads=" in (VideoReformatter.reformat.__doc__ or ""):
     _RGB["threads"] = 1
 
 
-class VideoDecodeError(ValueError):
+class VideoDecodeError(NotRetriable, ValueError):
     """A video could not be read, or has no frame close enough to a requested timestamp."""
 
 
