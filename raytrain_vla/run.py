@@ -14,24 +14,28 @@ from pathlib import Path
 from raytrain_vla.config import Config, ConfigError, absolute_paths, parse_cli
 from raytrain_vla.data.dataset import root_fingerprint
 from raytrain_vla.data.demo import ensure_dataset
+from raytrain_vla.train.driver_lock import driver_lock
 from raytrain_vla.train.init_source import weights_file
 from raytrain_vla.train.launch import build_trainer, init_ray
 from raytrain_vla.train.optim import check_model_fits_data, check_model_options
 from raytrain_vla.train.resume import check_resume, fresh_run_name
 from raytrain_vla.train.trainer import run_dir_of
 
-__all__ = ["build_trainer", "init_ray", "main", "prepare_run", "summarize"]
+__all__ = ["build_trainer", "init_ray", "main", "claim_run_name", "prepare_run", "summarize"]
 
 
-def prepare_run(cfg: Config) -> None:
-    """Pick the run name and refuse a resume whose recipe or dataset changed; writes nothing."""
-    storage = Path(cfg.ray.storage_path)
+def claim_run_name(cfg: Config) -> None:
+    """With `ray.resume=never`, a fresh run name whose directory this driver created."""
     if cfg.model.init_from:
         weights_file(cfg.model.init_from)  # a wrong path fails here, not in every worker
     if cfg.ray.resume == "never":
-        cfg.ray.run_name = fresh_run_name(storage, cfg.ray.run_name)
-        return
-    check_resume(cfg, storage / cfg.ray.run_name, root_fingerprint(cfg.data.root))
+        cfg.ray.run_name = fresh_run_name(Path(cfg.ray.storage_path), cfg.ray.run_name)
+
+
+def prepare_run(cfg: Config) -> None:
+    """Refuse a resume whose recipe or dataset changed (call holding the run's driver lock)."""
+    if cfg.ray.resume != "never":
+        check_resume(cfg, run_dir_of(cfg), root_fingerprint(cfg.data.root))
 
 
 def summarize(cfg: Config, metrics: dict, seconds: float) -> dict:
@@ -79,13 +83,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ensure_dataset(cfg.data)
         check_model_fits_data(cfg)
-        prepare_run(cfg)
+        claim_run_name(cfg)
+        with driver_lock(run_dir_of(cfg), "training driver"):
+            return _train(cfg, start)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except (ValueError, FileExistsError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+
+
+def _train(cfg: Config, start: float) -> int:
+    prepare_run(cfg)
     init_ray(cfg)
     try:
         result = build_trainer(cfg).fit()

@@ -36,19 +36,29 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    sweep_dir = Path(base.ray.storage_path) / (args.name or Path(args.space).stem)
+    sweep_dir = Path(base.ray.storage_path).expanduser().resolve() / (
+        args.name or Path(args.space).stem
+    )
 
     from raytrain_vla.data.demo import ensure_dataset
-    from raytrain_vla.train.launch import init_ray
+    from raytrain_vla.train.driver_lock import driver_lock
     from raytrain_vla.tuning import sweep
 
     try:
         ensure_dataset(base.data)
         check_model_fits_data(base)  # before the sweep directory is written
-        sweep.record_sweep(sweep_dir, space, base)
+        with driver_lock(sweep_dir, "sweep driver"):
+            sweep.record_sweep(sweep_dir, space, base)
+            return _sweep(space, base, sweep_dir)
     except (ConfigError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2 if isinstance(err, ConfigError) else 1
+
+
+def _sweep(space, base, sweep_dir: Path) -> int:
+    from raytrain_vla.train.launch import init_ray
+    from raytrain_vla.tuning import sweep
+
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # one status table, not per-trial logs
     init_ray(base, max_concurrent_trials=space.max_concurrent_trials)
     try:
@@ -60,9 +70,18 @@ def main(argv: list[str] | None = None) -> int:
     rows = sweep.results_table(grid, space, base)
     print(sweep.format_table(rows))
     csv_path = sweep.write_results(rows, sweep_dir)
-    best_path, best = sweep.write_best(rows, space, base, sweep_dir)
-    print(f"results: {csv_path}\nbest config: {best_path}\nbest policy: {best['export']}")
-    return 0 if any(r["error"] == "" for r in rows) else 1
+    print(f"results: {csv_path}")
+    best = sweep.best_row(rows, space)
+    if best is None:
+        print(
+            f"error: no trial of sweep '{sweep_dir.name}' finished without error; no "
+            "best_config.yaml written (see the error column and the trials' logs)",
+            file=sys.stderr,
+        )
+        return 1
+    best_path, info = sweep.write_best(best, space, base, sweep_dir)
+    print(f"best config: {best_path}\nbest policy: {info['export']}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ resume is refused with each differing key and its old and new value.
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import time
@@ -16,6 +17,7 @@ import yaml
 
 from raytrain_vla.config import Config, recipe_hash, to_dict
 from raytrain_vla.config.loader import RESUMABLE_KEYS
+from raytrain_vla.errors import NotRetriable
 from raytrain_vla.train.checkpoint import CONFIG
 from raytrain_vla.train.manifest import checkpoint_problems
 from raytrain_vla.train.train_state import TrainState, read_train_state
@@ -23,7 +25,7 @@ from raytrain_vla.train.train_state import TrainState, read_train_state
 SNAPSHOT = "checkpoint_manager_snapshot.json"  # Ray Train's record of registered checkpoints
 
 
-class ResumeRefused(ValueError):
+class ResumeRefused(NotRetriable, ValueError):
     """The run directory holds a checkpoint of a different recipe or dataset."""
 
 
@@ -54,7 +56,7 @@ def checkpoint_dirs(run_dir: Path) -> list[Path]:
     return sorted(p for p in run_dir.glob("checkpoint_*") if p.is_dir())
 
 
-class CheckpointDamaged(ValueError):
+class CheckpointDamaged(NotRetriable, ValueError):
     """No registered checkpoint of the run is complete."""
 
 
@@ -192,12 +194,18 @@ def _newest_sound(run_dir: Path, latest: Path) -> tuple[Path, TrainState]:
 
 
 def fresh_run_name(storage: Path, name: str) -> str:
-    """`name` if unused, else `name-YYYYmmdd-HHMMSS[-n]`: an existing run is never overwritten."""
-    if not (storage / name).exists():
-        return name
+    """`name` if unused, else `name-YYYYmmdd-HHMMSS[-n]`, claimed by creating its directory: an
+    existing run is never overwritten, and two drivers starting in the same second get two
+    names (mkdir is atomic where a check-then-create is not)."""
+    storage.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    candidate, n = f"{name}-{stamp}", 1
-    while (storage / candidate).exists():
-        n += 1
-        candidate = f"{name}-{stamp}-{n}"
-    return candidate
+    candidates = itertools.chain(
+        [name, f"{name}-{stamp}"], (f"{name}-{stamp}-{n}" for n in itertools.count(2))
+    )
+    for candidate in candidates:
+        try:
+            (storage / candidate).mkdir()
+        except FileExistsError:
+            continue
+        return candidate
+    raise AssertionError("unreachable: the candidates never run out")

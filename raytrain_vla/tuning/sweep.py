@@ -202,9 +202,15 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_best(rows: list[dict], space: Space, base: Config, sweep_dir: Path) -> tuple[Path, dict]:
+def best_row(rows: list[dict], space: Space) -> dict | None:
+    """The best trial that finished (or was stopped early) without error and has the metric;
+    None when none did: an errored trial's last report is not a result to recommend."""
+    finished = [r for r in rows if not r["error"] and r[space.metric] == r[space.metric]]
+    return finished[0] if finished else None  # rows are sorted best first
+
+
+def write_best(best: dict, space: Space, base: Config, sweep_dir: Path) -> tuple[Path, dict]:
     """`best_config.yaml` (trainable with `run --config`) and a copy of the best trial's policy."""
-    best = rows[0]
     sampled = {p.key: best[p.key] for p in space.params if best[p.key] != ""}
     cfg, _ = trial_config(space, base, sampled)
     cfg.ray.run_name = f"{sweep_dir.name}-best"

@@ -31,11 +31,9 @@ def test_recipe_differences_ignore_resumable_keys():
 
 
 def test_fresh_run_name_never_reuses_an_existing_directory(tmp_path):
-    assert fresh_run_name(tmp_path, "demo") == "demo"
-    (tmp_path / "demo").mkdir()
+    assert fresh_run_name(tmp_path, "demo") == "demo"  # and claims it
     first = fresh_run_name(tmp_path, "demo")
-    assert first.startswith("demo-") and not (tmp_path / first).exists()
-    (tmp_path / first).mkdir()
+    assert first.startswith("demo-") and (tmp_path / first).is_dir()
     assert fresh_run_name(tmp_path, "demo") not in ("demo", first)
 
 

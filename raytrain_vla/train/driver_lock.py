@@ -1,0 +1,157 @@
+"""One driver per run directory (a training run or a sweep), on local disk and on shared mounts.
+
+Two drivers on one run would both pass the resume check, then rewrite the same Ray snapshot and
+prune each other's uploads. The lock is a file created with O_CREAT|O_EXCL, which is atomic on
+local file systems and on NFSv4/EFS, holding who owns it. A lock whose owner is gone (same host,
+process dead or its pid reused) is taken over with a message; a lock from another host cannot
+be checked from here, so the user is told who holds it and how to break it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psutil
+
+LOCK_NAME = ".driver.lock"
+
+
+class DriverLocked(ValueError):
+    """Another live driver (or one this host cannot check) holds the run directory."""
+
+
+def _process_start(pid: int) -> float | None:
+    """When process `pid` started, or None when no such process runs."""
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.NoSuchProcess:
+        return None
+    except psutil.AccessDenied:  # another user's live process
+        return -1.0
+
+
+def _owner_record(what: str) -> dict:
+    pid = os.getpid()
+    return {
+        "host": socket.gethostname(),
+        "pid": pid,
+        "pid_start": _process_start(pid),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:500],
+        "what": what,
+        "token": uuid.uuid4().hex,
+    }
+
+
+def _read(path: Path) -> dict | None:
+    """The lock's owner record; None if the lock vanished; {} if it is unreadable."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _owner_is_gone(owner: dict) -> bool:
+    """True only when this host can prove the owner process no longer runs."""
+    if owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
+        return False
+    started = _process_start(owner["pid"])
+    if started is None:
+        return True
+    recorded = owner.get("pid_start")
+    # A different start time means the pid was reused by an unrelated process.
+    return started >= 0 and isinstance(recorded, float) and abs(started - recorded) > 1.0
+
+
+def _describe(owner: dict) -> str:
+    if not owner:
+        return "an unreadable lock"
+    return (
+        f"{owner.get('what', 'a driver')} pid {owner.get('pid')} on host {owner.get('host')} "
+        f"since {owner.get('started')} ({owner.get('command', '?')})"
+    )
+
+
+def _try_create(path: Path, record: dict) -> bool:
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as f:
+        json.dump(record, f)
+        f.flush()
+        os.fsync(f.fileno())
+    return True
+
+
+def _take_over(path: Path, stale: dict) -> bool:
+    """Move the stale lock aside; False when another driver changed it first."""
+    aside = path.with_name(f"{LOCK_NAME}.stale-{uuid.uuid4().hex[:8]}")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return False
+    if _read(aside) != stale:  # raced: we moved a fresh lock; put it back unless replaced
+        try:
+            os.link(aside, path)
+        except FileExistsError:
+            pass
+        aside.unlink(missing_ok=True)
+        return False
+    aside.unlink(missing_ok=True)
+    return True
+
+
+def acquire(directory: Path, what: str) -> dict:
+    """Lock `directory` for this process; return the record to pass to `release`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / LOCK_NAME
+    record = _owner_record(what)
+    for _ in range(5):
+        if _try_create(path, record):
+            return record
+        owner = _read(path)
+        if owner is None:
+            continue  # released meanwhile
+        if owner and _owner_is_gone(owner):
+            if _take_over(path, owner):
+                print(
+                    f"note: {directory}: taking over the lock of a driver that is gone "
+                    f"({_describe(owner)})",
+                    file=sys.stderr,
+                )
+            continue
+        raise DriverLocked(
+            f"{directory}: in use by {_describe(owner)}; one driver per run. Wait for it, or "
+            f"use another name. If that driver is gone (another host cannot be checked from "
+            f"here), delete {path} and start again"
+        )
+    raise DriverLocked(f"{path}: the lock kept changing while taking it; start again")
+
+
+def release(directory: Path, record: dict) -> None:
+    """Remove the lock if it is still this driver's (a takeover by another may have happened)."""
+    path = directory / LOCK_NAME
+    owner = _read(path)
+    if owner and owner.get("token") == record["token"]:
+        path.unlink(missing_ok=True)
+
+
+@contextmanager
+def driver_lock(directory: Path, what: str) -> Iterator[None]:
+    record = acquire(directory, what)
+    try:
+        yield
+    finally:
+        release(directory, record)
