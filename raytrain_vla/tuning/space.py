@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import copy
 import difflib
+import itertools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,10 @@ TOP_LEVEL = (
 # Recipe keys that define what the metric measures: tuning them would compare different things.
 NOT_TUNABLE = ("data.val_fraction", "data.val_episodes", "data.demo_episodes", "data.demo_seed")
 GROUP_PREFIX = "optimizer.groups."
+# How many sampled values and combinations a space is checked with before any trial starts.
+MAX_VALUES_PER_PARAM = 64
+MAX_COMBINATIONS = 256
+PAIR_VALUES = 4
 
 
 class SpaceError(ConfigError):
@@ -154,10 +160,17 @@ def _require(cond: bool, source: str, key: str, expected: str, got: Any) -> None
         raise SpaceError(f"{source}: bad value for '{key}': {got!r}, expected {expected}")
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return _is_int(value) or (isinstance(value, float) and math.isfinite(value))
+
+
 def _positive_int(raw: dict, key: str, source: str) -> int:
     value = raw.get(key, 1)
-    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
-    _require(ok, source, key, "a positive integer", value)
+    _require(_is_int(value) and value > 0, source, key, "a positive integer", value)
     return value
 
 
@@ -184,7 +197,7 @@ def _parse_param(source: str, key: str, spec: Any) -> Param:
         args,
     )
     if count:
-        numeric = all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args)
+        numeric = all(_is_number(a) for a in args)
         _require(
             numeric and args[0] < args[1],
             source,
@@ -205,17 +218,50 @@ def _parse_param(source: str, key: str, spec: Any) -> Param:
     return Param(key, domain, tuple(args), conditions)
 
 
-def _candidates(param: Param) -> list[Any]:
-    """Values that bound what the domain can produce, to check against the schema up front."""
+def _thin(values: list, limit: int) -> list:
+    """At most `limit` values, evenly spread and keeping both ends."""
+    if len(values) <= limit:
+        return values
+    step = (len(values) - 1) / (limit - 1)
+    return [values[round(i * step)] for i in range(limit)]
+
+
+def _candidates(param: Param, limit: int = MAX_VALUES_PER_PARAM) -> list[Any]:
+    """Values the domain can produce, to check against the schema before any trial starts.
+
+    Integer domains are enumerated (thinned to `limit`), since rules such as batch divisibility
+    hold for some integers of a range and not others. The schema's rules on real numbers are
+    intervals (>= 0, in [0, 1]), so a real range is checked at its ends and middle.
+    """
     if param.domain in ("choice", "grid"):
-        return list(param.args)
+        return _thin(list(param.args), limit)
     lo, hi = param.args[0], param.args[1]
     if param.domain == "randint":
-        return [lo, hi - 1]
+        return _thin(list(range(lo, hi)), limit)
     if param.domain == "quniform":
         q = param.args[2]
-        return [float(math.ceil(lo / q) * q), float(math.floor(hi / q) * q)]
-    return [float(lo), float(hi)]
+        first, last = math.ceil(lo / q), math.floor(hi / q)
+        return _thin([float(k * q) for k in range(first, last + 1)], limit)
+    middle = math.sqrt(lo * hi) if param.domain == "loguniform" else (lo + hi) / 2
+    return [float(lo), float(middle), float(hi)]
+
+
+def _combinations(space: Space) -> Iterator[dict[str, Any]]:
+    """Sampled-value combinations to check: every one when there are few, else each value alone
+    and every pair of parameters on thinned values (cross-key rules involve two keys)."""
+    full = {p.key: _candidates(p) for p in space.params}
+    if math.prod(len(v) for v in full.values()) <= MAX_COMBINATIONS:
+        keys = list(full)
+        for values in itertools.product(*full.values()):
+            yield dict(zip(keys, values, strict=True))
+        return
+    for key, values in full.items():
+        for value in values:
+            yield {key: value}
+    few = {p.key: _candidates(p, PAIR_VALUES) for p in space.params}
+    for a, b in itertools.combinations(few, 2):
+        for va, vb in itertools.product(few[a], few[b]):
+            yield {a: va, b: vb}
 
 
 def load_space(path: str | Path, base: Config) -> Space:
@@ -250,18 +296,25 @@ def load_space(path: str | Path, base: Config) -> Space:
         scheduler.type,
     )
     _require(
-        isinstance(scheduler.grace_period, int) and scheduler.grace_period >= 0,
+        _is_int(scheduler.grace_period) and scheduler.grace_period >= 0,
         source,
         "scheduler.grace_period",
-        "steps >= 0",
+        "an integer number of steps >= 0",
         scheduler.grace_period,
     )
     _require(
-        scheduler.reduction_factor > 1,
+        _is_number(scheduler.reduction_factor) and scheduler.reduction_factor > 1,
         source,
         "scheduler.reduction_factor",
         "a number > 1",
         scheduler.reduction_factor,
+    )
+    _require(
+        _is_int(scheduler.min_samples_required) and scheduler.min_samples_required > 0,
+        source,
+        "scheduler.min_samples_required",
+        "a positive integer",
+        scheduler.min_samples_required,
     )
 
     search = raw.get("search", {})
@@ -276,6 +329,8 @@ def load_space(path: str | Path, base: Config) -> Space:
     _require(
         algorithm in ALGORITHMS, source, "search.algorithm", f"one of {list(ALGORITHMS)}", algorithm
     )
+    seed = search.get("seed")
+    _require(seed is None or _is_int(seed), source, "search.seed", "an integer", seed)
 
     params_raw = raw.get("params", {})
     _require(
@@ -314,6 +369,8 @@ def load_space(path: str | Path, base: Config) -> Space:
 
 def _check_against_schema(space: Space, base: Config) -> None:
     """Every key must be tunable and every value the domain can produce must fit the schema."""
+    from raytrain_vla.train.optim import check_model_options  # torch: only when a space loads
+
     source = str(space.path)
     tree = base_tree(space, base)
     keys = {p.key for p in space.params}
@@ -329,13 +386,18 @@ def _check_against_schema(space: Space, base: Config) -> None:
                     f"{source}: 'params.{param.key}.when' names unknown config key '{cond}'"
                     f"{_nearest_key(cond)}"
                 )
-        for value in _candidates(param):
-            trial = copy.deepcopy(tree)
-            set_dotted(trial, param.key, value, f"{source}: params")
-            try:
-                from_tree(trial, f"{source}: params.{param.key}={value!r}")
-            except ConfigError as err:
-                raise SpaceError(f"{source}: params.{param.key}={value!r}: {err}") from err
+    for sampled in _combinations(space):
+        applied = active_params(space, sampled, tree)
+        trial = copy.deepcopy(tree)
+        for key, value in applied.items():
+            set_dotted(trial, key, value, f"{source}: params")
+        where = ", ".join(f"{k}={v!r}" for k, v in sampled.items())
+        try:
+            check_model_options(from_tree(trial, f"{source}: params {where}"))
+        except ConfigError as err:
+            raise SpaceError(
+                f"{source}: the space can sample {where}, which is not a valid config: {err}"
+            ) from err
 
 
 def base_tree(space: Space, base: Config) -> dict:

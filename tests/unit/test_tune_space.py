@@ -180,3 +180,78 @@ def test_cli_refuses_a_bad_space_in_one_line_before_anything_runs(tmp_path, caps
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "'params.train.steps' is not tunable" in err[0]
     assert not (tmp_path / "sweeps").exists()
+
+
+RANGE_BAD = [
+    (
+        "a range that reaches negative learning rates",
+        "params:\n  optimizer.lr: {uniform: [-0.01, 0.01]}\n",
+        "optimizer.lr=-0.01",
+    ),
+    (
+        "an interior integer that breaks the batch layout",
+        # 64 and 128 divide by 2 workers x 32; 65..127 mostly do not
+        "params:\n  train.global_batch_size: {randint: [64, 129]}\n",
+        "train.global_batch_size=65",
+    ),
+    (
+        "a combination that freezes every role",
+        "params:\n  optimizer.train_action_expert_only: {choice: [false, true]}\n"
+        "  optimizer.freeze_roles: {choice: [[], [action_expert]]}\n",
+        "optimizer.train_action_expert_only=True, optimizer.freeze_roles=['action_expert']",
+    ),
+    (
+        "a scheduler spec with a string for a number",
+        "scheduler: {type: asha, reduction_factor: '2'}\nparams:\n  optimizer.lr: {uniform: [0.1, 0.2]}\n",
+        "'scheduler.reduction_factor'",
+    ),
+    (
+        "a scheduler spec with a float for a count",
+        "scheduler: {type: median, min_samples_required: 2.5}\n"
+        "params:\n  optimizer.lr: {uniform: [0.1, 0.2]}\n",
+        "'scheduler.min_samples_required'",
+    ),
+    (
+        "a search seed that is not an integer",
+        "search: {seed: abc}\nparams:\n  optimizer.lr: {uniform: [0.1, 0.2]}\n",
+        "'search.seed'",
+    ),
+]
+
+
+@pytest.mark.parametrize("text,needle", [b[1:] for b in RANGE_BAD], ids=[b[0] for b in RANGE_BAD])
+def test_every_value_and_combination_a_space_can_sample_is_checked(tmp_path, base, text, needle):
+    with pytest.raises(SpaceError) as err:
+        load_space(write(tmp_path, text), base)
+    message = str(err.value)
+    assert needle in message and str(tmp_path / "space.yaml") in message
+    assert "\n" not in message
+
+
+def test_large_spaces_are_checked_pairwise_in_bounded_time(tmp_path, base):
+    """Past MAX_COMBINATIONS the check falls back to single values and pairs; a bad pair is
+    still found."""
+    text = (
+        "params:\n"
+        "  optimizer.lr: {loguniform: [1.0e-5, 1.0e-3]}\n"
+        "  optimizer.weight_decay: {uniform: [0.0, 0.1]}\n"
+        "  scheduler.warmup_steps: {randint: [0, 200]}\n"
+        "  optimizer.train_action_expert_only: {choice: [false, true]}\n"
+        "  optimizer.freeze_roles: {choice: [[], [vision], [action_expert]]}\n"
+    )
+    with pytest.raises(SpaceError, match="freezes every role"):
+        load_space(write(tmp_path, text), base)
+
+
+def test_no_best_config_is_recommended_from_errored_trials(tmp_path, base):
+    from raytrain_vla.tuning.sweep import best_row
+
+    space = load_space(write(tmp_path, GOOD), base)
+    nan = float("nan")
+    rows = [
+        {"trial_id": "a", "val_action_mse": 0.1, "error": "RayTaskError"},  # reported, then died
+        {"trial_id": "b", "val_action_mse": nan, "error": "TrainingFailedError"},
+    ]
+    assert best_row(rows, space) is None
+    rows.append({"trial_id": "c", "val_action_mse": 0.3, "error": ""})
+    assert best_row(rows, space)["trial_id"] == "c"
