@@ -48,17 +48,19 @@ def find_problems(root: str | Path) -> list[str]:
 
 def _shard_problems(meta: LeRobotMeta) -> list[str]:
     """A shard directory (data/arrow.py) has no data/ or videos/: check its manifest and files."""
-    from raytrain_vla.data.formats.shards import load_manifest
+    from raytrain_vla.data.formats.shards import load_manifest, shard_path
 
     try:
         manifest = load_manifest(meta.root)
     except (DatasetError, ValueError, KeyError) as e:
         return [str(e)]
-    return [
-        f"{meta.root / entry['file']}: shard file missing"
-        for entry in manifest["shards"]
-        if not (meta.root / entry["file"]).is_file()
-    ]
+    problems = []
+    for entry in manifest["shards"]:
+        try:
+            shard_path(meta.root, entry)
+        except (DatasetError, KeyError) as e:
+            problems.append(str(e))
+    return problems
 
 
 def _feature_problems(meta: LeRobotMeta) -> list[str]:

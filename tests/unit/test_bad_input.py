@@ -189,6 +189,29 @@ def test_dataset_paths_never_leave_the_root(demo, template, value, expected):
     assert message.startswith(f"{info_path}: ") and repr(value) in message and expected in message
 
 
+def test_an_image_cell_path_outside_the_root_is_refused(tmp_path):
+    from raytrain_vla.data.formats.images import decode_images
+
+    root = tmp_path / "dataset"
+    root.mkdir()
+    (tmp_path / "secret.png").write_bytes(b"not read")
+    cells = [{"bytes": None, "path": "../secret.png"}]
+    with pytest.raises(DatasetError, match=r"row 0.*image path.*outside the dataset root"):
+        decode_images(cells, "data/file-000.parquet: feature 'observation.image'", [0], root)
+
+
+def test_the_fingerprint_covers_every_visible_file_the_run_can_read(demo):
+    from raytrain_vla.data.formats.lerobot import dataset_fingerprint
+
+    before = dataset_fingerprint(LeRobotMeta.load(demo))
+    (demo / ".cache" / "huggingface").mkdir(parents=True)  # `download --local-dir` metadata
+    (demo / ".cache" / "huggingface" / "x.lock").write_text("1")
+    assert dataset_fingerprint(LeRobotMeta.load(demo)) == before
+    (demo / "images").mkdir()  # image files that cells name by path
+    (demo / "images" / "frame_000.png").write_bytes(b"png")
+    assert dataset_fingerprint(LeRobotMeta.load(demo)) != before
+
+
 def test_timestamps_out_of_step_with_frame_index_are_refused_at_open(demo):
     """Training decoded such a frame with half-frame tolerance, i.e. a neighbouring frame."""
     table = pq.read_table(demo / DATA)

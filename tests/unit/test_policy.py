@@ -197,3 +197,34 @@ def test_only_the_simulators_own_data_counts_as_the_demo_task(tmp_path):
     other.mkdir(parents=True)
     (other / "info.json").write_text('{"robot_type": "so100"}')
     assert not is_demo_dataset(other.parent) and not is_demo_dataset(tmp_path / "missing")
+
+
+def test_an_export_is_fsynced_file_by_file_before_it_is_renamed_into_place(
+    policy_dir, tmp_path, monkeypatch
+):
+    """A power cut after the rename must not leave a complete-looking export of empty files."""
+    import os
+
+    from raytrain_vla.data.formats import atomic
+
+    events: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        return real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", str(dst)))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(atomic.os, "fsync", fsync)
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    out = tmp_path / "export"
+    meta = read_meta(policy_dir / CONFIG)
+    weights = policy.load(policy_dir).model.state_dict()
+    write_policy(out, weights, meta, Normalizer.from_stats(STATS, "mean_std"))
+    renamed = events.index(("replace", str(out)))
+    synced = {os.path.basename(p) for kind, p in events[:renamed] if kind == "fsync"}
+    assert {p.name for p in out.iterdir()} <= synced
+    assert ("fsync", str(tmp_path)) in events[renamed:]  # the rename itself

@@ -1,6 +1,9 @@
 """Write a directory atomically: build it in a hidden sibling, rename it into place at the end.
 
-An interrupted write never leaves a half dataset, and an existing non-empty target is refused.
+An interrupted write never leaves a half dataset or export, and an existing non-empty target is
+refused (or, for exports, replaced only once the new one is complete). Every file is fsynced
+before the rename, and the rename itself after, so a power cut cannot leave a complete-looking
+directory of empty files.
 """
 
 from __future__ import annotations
@@ -26,9 +29,11 @@ def atomic_directory(target: Path) -> Iterator[Path]:
     tmp.mkdir(parents=True)
     try:
         yield tmp
+        fsync_tree(tmp)
         if target.exists():
             target.rmdir()  # empty (checked above); rename needs the name free
         os.rename(tmp, target)
+        fsync_directory(target.parent)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -43,6 +48,7 @@ def replacing_directory(target: Path) -> Iterator[Path]:
     staging.mkdir(parents=True)
     try:
         yield staging
+        fsync_tree(staging)
         if target.exists():
             old = target.with_name(f".{target.name}.old")
             shutil.rmtree(old, ignore_errors=True)
@@ -51,6 +57,7 @@ def replacing_directory(target: Path) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(staging, target)
+        fsync_directory(target.parent)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -69,6 +76,21 @@ def write_text_atomic(path: Path, text: str) -> None:
     finally:
         tmp.unlink(missing_ok=True)
     fsync_directory(path.parent)
+
+
+def fsync_tree(root: Path) -> None:
+    """fsync every file under `root`, then every directory, deepest first."""
+    for directory, _, names in os.walk(root, topdown=False):
+        for name in names:
+            path = os.path.join(directory, name)
+            if os.path.islink(path):
+                continue
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_directory(Path(directory))
 
 
 def fsync_directory(directory: Path) -> None:

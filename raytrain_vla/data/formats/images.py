@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from raytrain_vla.data.formats.frame_checks import describe_episodes
 from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta
+from raytrain_vla.data.formats.lerobot_common import inside_root
 
 _MAGIC = ((b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "mjpeg"))
 
@@ -60,7 +61,11 @@ def decode_images(
         )
         data = cell.get("bytes") if isinstance(cell, dict) else cell
         if data is None and isinstance(cell, dict) and cell.get("path"):
-            path = Path(cell["path"]) if root is None else Path(root) / cell["path"]
+            path = (
+                Path(cell["path"])
+                if root is None
+                else inside_root(Path(root), cell["path"], f"{at}: image path")
+            )
             try:
                 data = path.read_bytes()
             except OSError as e:

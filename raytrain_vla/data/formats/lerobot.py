@@ -28,6 +28,7 @@ from raytrain_vla.data.formats.lerobot_common import (
     DatasetError,
     check_episodes,
     check_features,
+    inside_root,
     load_stats_json,
     read_json,
     read_parquet,
@@ -154,21 +155,14 @@ class LeRobotMeta:
         return list(self.episodes["tasks"][episode])
 
     def _path(self, template: str, **fields) -> Path:
-        """A file the dataset names, never outside its root. Lexically: symlinks out of the
-        root (the Hugging Face cache links snapshots to blobs) are the user's choice."""
+        """A file the dataset names, never outside its root."""
         info_path = self.root / "meta/info.json"
         pattern = self.info.get(template)
         try:
             relative = str(self.info[template]).format(**fields)
         except (KeyError, IndexError, ValueError, AttributeError) as e:
             raise DatasetError(f"{info_path}: bad {template!r} {pattern!r} ({e!r})") from e
-        path = Path(os.path.normpath(self.root / relative))
-        if not path.is_relative_to(os.path.normpath(self.root)):
-            raise DatasetError(
-                f"{info_path}: {template!r} {pattern!r} names {path}, outside the dataset root "
-                f"{self.root}"
-            )
-        return path
+        return inside_root(self.root, relative, f"{info_path}: {template!r} {pattern!r}")
 
     def data_file(self, episode: int) -> Path:
         chunk = int(self.episodes["data/chunk_index"][episode])
@@ -254,14 +248,31 @@ def column_to_numpy(table: pa.Table, name: str) -> np.ndarray:
 
 
 def dataset_fingerprint(meta: LeRobotMeta) -> str:
-    """Content hash of `meta/` plus the size of every data and video file."""
+    """Content hash of `meta/` plus the path and size of every other file under the root: the
+    data and video files wherever the templates put them and any image file a cell names (none
+    can lie outside the root). Hidden entries (the `.cache/` that `huggingface-cli download
+    --local-dir` keeps) are skipped. A dataset with only meta/, data/ and videos/ keeps the
+    fingerprint earlier versions gave it, so existing runs still resume."""
     h = hashlib.sha256()
-    for path in sorted((meta.root / "meta").rglob("*")):
-        if path.is_file():
-            h.update(str(path.relative_to(meta.root)).encode())
-            h.update(path.read_bytes())
-    for sub in ("data", "videos"):
-        for path in sorted((meta.root / sub).rglob("*")):
-            if path.is_file():
-                h.update(f"{path.relative_to(meta.root)}:{path.stat().st_size}".encode())
+    files = _visible_files(meta.root)
+    for path in (p for p in files if p.parts[0] == "meta"):
+        h.update(str(path).encode())
+        h.update((meta.root / path).read_bytes())
+    for top in ("data", "videos", None):
+        for path in files:
+            if path.parts[0] == top or (top is None and path.parts[0] not in _KNOWN_TOPS):
+                h.update(f"{path}:{(meta.root / path).stat().st_size}".encode())
     return h.hexdigest()[:16]
+
+
+_KNOWN_TOPS = ("meta", "data", "videos")
+
+
+def _visible_files(root: Path) -> list[Path]:
+    """Every non-hidden file under `root`, relative and sorted."""
+    out = []
+    for directory, subdirs, names in os.walk(root):
+        subdirs[:] = [d for d in subdirs if not d.startswith(".")]
+        base = Path(directory).relative_to(root)
+        out += [base / n for n in names if not n.startswith(".")]
+    return sorted(out)

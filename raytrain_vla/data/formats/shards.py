@@ -39,6 +39,7 @@ from raytrain_vla.data.formats.lerobot import (
     dataset_fingerprint,
     read_frames_table,
 )
+from raytrain_vla.data.formats.lerobot_common import inside_root
 from raytrain_vla.data.formats.lerobot_source import LeRobotSource
 
 MANIFEST = "shards.json"
@@ -143,6 +144,7 @@ def write_shard(
         "first_sample_id": int(ids_all[0]),
         "last_sample_id": int(ids_all[-1]),
         "num_rows": len(ids_all),
+        "bytes": path.stat().st_size,  # checked when the shards are opened for training
     }
 
 
@@ -288,6 +290,22 @@ def load_manifest(root: Path) -> dict:
     return manifest
 
 
+def shard_path(root: Path, entry: dict) -> Path:
+    """A manifest entry's shard file: inside the root, present, and as large as when written
+    (the source fingerprint a shard run records does not cover the shards themselves)."""
+    where = f"{root / MANIFEST}: shard 'file'"
+    path = inside_root(root, str(entry["file"]), where)
+    if not path.is_file():
+        raise DatasetError(f"{path}: shard file missing (listed in {root / MANIFEST})")
+    size, recorded = path.stat().st_size, entry.get("bytes")
+    if recorded is not None and size != recorded:
+        raise DatasetError(
+            f"{path}: {size} bytes, but {root / MANIFEST} recorded {recorded} when it was written; "
+            "the shard changed since (convert again)"
+        )
+    return path
+
+
 def _open_shard(path: str) -> tuple[pq.ParquetFile, np.ndarray]:
     """A cached open parquet file plus its row-group start rows (LRU, per process)."""
     st = os.stat(path)
@@ -324,9 +342,9 @@ class ShardSource:
         self.fingerprint = str(m["source_fingerprint"])
         self.num_samples = int(m["num_samples"])
         self.state_dim, self.action_dim = int(m["state_dim"]), int(m["action_dim"])
-        self.files = [str(self.root / e["file"]) for e in m["shards"]]  # absolute: picklable
         self.first_ids = np.array([e["first_sample_id"] for e in m["shards"]], dtype=np.int64)
         _check_cover(m["shards"], self.num_samples, str(self.root / MANIFEST))
+        self.files = [str(shard_path(self.root, e)) for e in m["shards"]]  # absolute: picklable
         meta = LeRobotMeta.load(self.root)
         if meta.total_frames != self.num_samples:
             raise DatasetError(
