@@ -148,6 +148,15 @@ def release(directory: Path, record: dict) -> None:
         path.unlink(missing_ok=True)
 
 
+def lock_taken_at(directory: Path) -> float | None:
+    """When the driver holding `directory` took its lock (the file's mtime, on the clock of the
+    file system that also stamps the checkpoints); None when no driver holds it."""
+    try:
+        return (directory / LOCK_NAME).stat().st_mtime
+    except FileNotFoundError:
+        return None
+
+
 @contextmanager
 def driver_lock(directory: Path, what: str) -> Iterator[None]:
     record = acquire(directory, what)

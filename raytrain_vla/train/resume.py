@@ -19,6 +19,7 @@ from raytrain_vla.config import Config, recipe_hash, to_dict
 from raytrain_vla.config.loader import RESUMABLE_KEYS
 from raytrain_vla.errors import NotRetriable
 from raytrain_vla.train.checkpoint import CONFIG
+from raytrain_vla.train.driver_lock import lock_taken_at
 from raytrain_vla.train.manifest import checkpoint_problems
 from raytrain_vla.train.train_state import TrainState, read_train_state
 
@@ -89,24 +90,30 @@ def prune_untracked_checkpoints(run_dir: Path) -> list[str]:
     retention (`num_to_keep`) never sees the upload, so without this every such failure would
     leak a full model-and-optimizer copy. Call only when no attempt is writing: at loop start.
 
-    Only what a readable snapshot proves untracked, and newer than its latest registered
-    checkpoint, is deleted: without a snapshot nothing is (it may have been lost, and the
-    checkpoints are then the only copy of the run).
+    Only what is proven this run's and unregistered is deleted: with a readable snapshot, what
+    it does not list and is newer than its latest registered checkpoint; without one (Ray
+    writes none before the first registration), what appeared since this driver took the run's
+    lock (the driver refuses to start over unregistered checkpoints, so those are its own
+    attempts' uploads). With neither, nothing is: the checkpoints may be the run's only copy.
     """
     try:
         snapshot = read_snapshot(run_dir)
     except ResumeRefused:
         return []
     if snapshot is None:
-        return []
-    tracked = {r["checkpoint_dir_name"] for r in snapshot.get("checkpoint_results", [])}
-    newest_tracked = max(tracked, default="")
-    pruned = []
-    for path in checkpoint_dirs(run_dir):
-        if path.name not in tracked and path.name > newest_tracked:
-            shutil.rmtree(path, ignore_errors=True)
-            pruned.append(path.name)
-    return pruned
+        since = lock_taken_at(run_dir)
+        if since is None:
+            return []
+        doomed = [p for p in checkpoint_dirs(run_dir) if p.stat().st_mtime >= since]
+    else:
+        tracked = {r["checkpoint_dir_name"] for r in snapshot.get("checkpoint_results", [])}
+        newest_tracked = max(tracked, default="")
+        doomed = [
+            p for p in checkpoint_dirs(run_dir) if p.name not in tracked and p.name > newest_tracked
+        ]
+    for path in doomed:
+        shutil.rmtree(path, ignore_errors=True)
+    return [p.name for p in doomed]
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict[str, object]:

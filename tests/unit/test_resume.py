@@ -107,3 +107,21 @@ def test_resume_is_refused_when_train_steps_is_below_the_checkpoints_step(tmp_pa
         check_resume(cfg, tmp_path, "fingerprint")
     longer = load_config(None, ["--train.steps=80"])
     assert check_resume(longer, tmp_path, "fingerprint") == tmp_path / "checkpoint_1"
+
+
+def test_without_a_snapshot_only_uploads_made_since_this_driver_took_the_lock_go(tmp_path):
+    """Ray writes no snapshot before its first registration, so an attempt killed before then
+    leaves an upload nothing tracks; the driver's lock proves it belongs to this driver."""
+    import os
+
+    from raytrain_vla.train.driver_lock import acquire, release
+
+    make_checkpoint(tmp_path, "checkpoint_a")  # before the lock: another driver's, kept
+    os.utime(tmp_path / "checkpoint_a", (1_000_000, 1_000_000))
+    record = acquire(tmp_path, "training driver")
+    make_checkpoint(tmp_path, "checkpoint_b")  # an attempt of this driver, never registered
+    assert prune_untracked_checkpoints(tmp_path) == ["checkpoint_b"]
+    assert (tmp_path / "checkpoint_a").is_dir()
+    release(tmp_path, record)
+    make_checkpoint(tmp_path, "checkpoint_c")
+    assert prune_untracked_checkpoints(tmp_path) == []  # no lock: no proof
