@@ -10,7 +10,6 @@ import sys
 import threading
 
 import pytest
-import ray
 
 from raytrain_vla import run as run_cli
 from raytrain_vla import tune as tune_cli
@@ -99,7 +98,14 @@ def demo_root(tmp_path_factory):
 
 
 @pytest.mark.parametrize("command", ["run", "tune"])
-def test_cli_refuses_a_locked_run_before_ray_starts(tmp_path, demo_root, capsys, command):
+def test_cli_refuses_a_locked_run_before_ray_starts(
+    tmp_path, demo_root, capsys, command, monkeypatch
+):
+    from raytrain_vla.train import launch
+
+    started: list[str] = []
+    monkeypatch.setattr(run_cli, "init_ray", lambda *a, **k: started.append("run"))
+    monkeypatch.setattr(launch, "init_ray", lambda *a, **k: started.append("tune"))
     storage = tmp_path / "runs"
     common = [f"--data.root={demo_root}", f"--ray.storage_path={storage}"]
     locked = storage / ("locked" if command == "run" else "lr_groups")
@@ -110,6 +116,6 @@ def test_cli_refuses_a_locked_run_before_ray_starts(tmp_path, demo_root, capsys,
         code = tune_cli.main(["--space", "tune_spaces/lr_groups.yaml", *common])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1 and "one driver per run" in err[0], err
-    assert not ray.is_initialized()
+    assert started == []  # refused before Ray would start
     assert json.loads((locked / LOCK_NAME).read_text())["token"] == holder["token"]
     release(locked, holder)
