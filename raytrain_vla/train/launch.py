@@ -13,7 +13,7 @@ import ray
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig
 
-from raytrain_vla.config import Config, to_dict
+from raytrain_vla.config import Config, ConfigError, to_dict
 from raytrain_vla.train.failure_policy import Trainer
 from raytrain_vla.train.worker import train_loop_per_worker
 
@@ -30,6 +30,11 @@ def init_ray(cfg: Config, max_concurrent_trials: int = 1) -> None:
     if ray.is_initialized():
         return
     address = cfg.ray.address or os.environ.get("RAY_ADDRESS")
+    if address and cfg.ray.local_num_cpus:
+        raise ConfigError(
+            f"'ray.local_num_cpus' ({cfg.ray.local_num_cpus}) sizes a private local cluster, but "
+            f"this driver joins {address} (ray.address or RAY_ADDRESS); give one of them"
+        )
     if address:
         ray.init(address=address)
         return

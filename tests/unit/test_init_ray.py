@@ -57,3 +57,12 @@ def test_an_explicit_address_is_used_as_given(calls, monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.2:6379")
     launch.init_ray(load_config())
     assert calls == [{"address": "10.0.0.2:6379"}]
+
+
+def test_local_num_cpus_with_an_address_is_refused_not_ignored(calls, monkeypatch):
+    from raytrain_vla.config import ConfigError
+
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.2:6379")
+    with pytest.raises(ConfigError, match=r"'ray.local_num_cpus' \(3\).*joins 10.0.0.2:6379"):
+        launch.init_ray(load_config(None, ["--ray.local_num_cpus=3"]))
+    assert calls == []
