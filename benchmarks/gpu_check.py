@@ -227,7 +227,12 @@ def ray_run(data: Path, storage: Path, size: str, micro: int, steps: int, gpu: b
         f"--ray.use_gpu={str(gpu).lower()}",
         "--ray.num_workers=1",
         f'--ray.resources_per_worker={{"CPU": {per_worker_cpus}}}',
-        f"--ray.local_num_cpus={max(cpus, per_worker_cpus + 2)}",
+        # A private cluster of this size, unless the caller names one to join (RAY_ADDRESS).
+        *(
+            []
+            if os.environ.get("RAY_ADDRESS")
+            else [f"--ray.local_num_cpus={max(cpus, per_worker_cpus + 2)}"]
+        ),
         f"--ray.storage_path={storage}",
         "--ray.run_name=gpu_check",
         "--logging.wandb_mode=disabled",
