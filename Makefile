@@ -3,7 +3,10 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# The CPU wheel on a CPU box; GPU users can set TORCH_SPEC to their CUDA build.
+# torch is installed first, from your pip index: PyPI's Linux wheel of torch 2.13.0 is a CUDA
+# build (several GB); a machine whose index or wheel cache holds the CPU wheel gets that. For a
+# CPU-only install elsewhere: make test TORCH_SPEC="torch==2.13.0 --index-url
+# https://download.pytorch.org/whl/cpu". Any torch >= 2.6 works (pyproject.toml).
 TORCH_SPEC ?= torch==2.13.0
 ARGS ?=
 
@@ -12,7 +15,7 @@ ARGS ?=
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q $(TORCH_SPEC)
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $@
 

@@ -164,7 +164,8 @@ def main() -> None:
         parser.error("--steps must be a multiple of --warmup (the log interval)")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
-    cfg = load_config(None, [f"--data.root={args.data}", "--data.demo_episodes=200"])
+    demo = ["--data.write_demo_if_missing=true", "--data.demo_episodes=200"]
+    cfg = load_config(None, [f"--data.root={args.data}", *demo])
     args.data = str(ensure_dataset(cfg.data))
     rounds = []
     with tempfile.TemporaryDirectory() as run_dir:

@@ -18,7 +18,7 @@ FX=${1:-../shared/fixtures}
 shift || true
 exec .venv/bin/python -m raytrain_vla.run \
   --ray.run_name=smolvla_learning_check --ray.resume=never \
-  --data.root="${DEMO_6000_ROOT:-$HOME/.cache/raytrain_vla/demo_6000}" --data.demo_episodes=6000 \
+  --data.root="${DEMO_6000_ROOT:-$HOME/.cache/raytrain_vla/demo_6000}" --data.write_demo_if_missing=true --data.demo_episodes=6000 \
   --model.type=smolvla --model.smolvla.vlm_path="$FX/lerobot_smolvla_tiny/vlm" \
   --model.smolvla.num_vlm_layers=4 --model.smolvla.resize_imgs_with_padding=[32,32] \
   --model.smolvla.num_steps=4 --model.smolvla.train_expert_only=false \

@@ -12,8 +12,10 @@ import time
 from pathlib import Path
 
 from raytrain_vla.config import Config, ConfigError, absolute_paths, parse_cli
+from raytrain_vla.config.help import format_config_help, wants_help
 from raytrain_vla.data.dataset import root_fingerprint
 from raytrain_vla.data.demo import ensure_dataset
+from raytrain_vla.sim.closed_loop import is_demo_dataset
 from raytrain_vla.train.driver_lock import driver_lock
 from raytrain_vla.train.init_source import weights_file
 from raytrain_vla.train.launch import build_trainer, init_ray
@@ -36,6 +38,17 @@ def prepare_run(cfg: Config) -> None:
     """Refuse a resume whose recipe or dataset changed (call holding the run's driver lock)."""
     if cfg.ray.resume != "never":
         check_resume(cfg, run_dir_of(cfg), root_fingerprint(cfg.data.root))
+
+
+def closed_loop_note(cfg: Config) -> str | None:
+    """Closed-loop scoring needs the demo task's simulator; on other data it is skipped, said once."""
+    if cfg.eval.episodes > 0 and not is_demo_dataset(cfg.data.root):
+        return (
+            f"note: eval.episodes={cfg.eval.episodes} is skipped: closed-loop scoring runs the demo "
+            f"task's simulator, and {cfg.data.root} is not the demo dataset (eval.episodes=0 "
+            "silences this)"
+        )
+    return None
 
 
 def summarize(cfg: Config, metrics: dict, seconds: float) -> dict:
@@ -72,9 +85,16 @@ def _last_line(err: BaseException) -> str:
     return lines[-1] if lines else type(err).__name__
 
 
+USAGE = "python -m raytrain_vla.run [--config CFG.yaml] [--KEY=VALUE ...]"
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if wants_help(argv):
+        print(format_config_help(USAGE, __doc__ or "", []), end="")
+        return 0
     try:
-        cfg = absolute_paths(parse_cli(sys.argv[1:] if argv is None else argv))
+        cfg = absolute_paths(parse_cli(argv))
         check_model_options(cfg)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -83,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ensure_dataset(cfg.data)
         check_model_fits_data(cfg)
+        if note := closed_loop_note(cfg):
+            print(note)
         claim_run_name(cfg)
         with driver_lock(run_dir_of(cfg), "training driver"):
             return _train(cfg, start)

@@ -11,20 +11,42 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import typing
 from pathlib import Path
 
 from raytrain_vla.config import ConfigError, absolute_paths, parse_cli
+from raytrain_vla.config.help import format_config_help, wants_help
+from raytrain_vla.config.loader import command_line_keys
+
+USAGE = "python -m raytrain_vla.tune --space SPACE.yaml [--name SWEEP] [--config CFG.yaml] [--KEY=VALUE ...]"
+OPTIONS = [
+    ("--space PATH", "a space file, e.g. tune_spaces/full.yaml (required)"),
+    ("--name SWEEP", "sweep name (default: the space file's stem); the same name continues it"),
+]
+
+
+class _OneLineErrors(argparse.ArgumentParser):
+    def error(self, message: str) -> typing.NoReturn:
+        raise ConfigError(f"{message} (see --help)")
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(prog="python -m raytrain_vla.tune", description=__doc__)
-    parser.add_argument("--space", required=True, help="a space file, e.g. tune_spaces/full.yaml")
-    parser.add_argument("--name", default="", help="sweep name (default: the space file's stem)")
+    parser = _OneLineErrors(prog="python -m raytrain_vla.tune", add_help=False)
+    parser.add_argument("--space", required=True)
+    parser.add_argument("--name", default="")
     return parser.parse_known_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, rest = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if wants_help(argv):
+        print(format_config_help(USAGE, __doc__ or "", OPTIONS), end="")
+        return 0
+    try:
+        args, rest = parse_args(argv)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     # Imported here so `--help` and config errors answer without importing Ray Tune.
     from raytrain_vla.train.optim import check_model_fits_data, check_model_options
     from raytrain_vla.tuning.space import load_space
@@ -32,10 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         base = absolute_paths(parse_cli(rest))
         check_model_options(base)
-        space = load_space(args.space, base)
+        space = load_space(args.space, base, command_line_keys(rest))
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    for note in space.replaced_by_command_line:
+        print(f"note: {note}")
     sweep_dir = Path(base.ray.storage_path).expanduser().resolve() / (
         args.name or Path(args.space).stem
     )

@@ -19,7 +19,8 @@ from typing import Any
 import draccus
 import yaml
 
-from raytrain_vla.config.schema import Config
+import raytrain_vla.config.data_root as locate
+from raytrain_vla.config.schema import Config, DataConfig
 from raytrain_vla.errors import NotRetriable
 
 DEFAULT_CONFIG = "default.yaml"
@@ -31,8 +32,10 @@ class ConfigError(NotRetriable, ValueError):
 
 @functools.cache
 def _field_types(cls: type) -> dict[str, Any]:
-    """Resolved once per schema class: a sweep's space check decodes hundreds of configs."""
-    return typing.get_type_hints(cls)
+    """The fields' resolved types (not ClassVars), once per schema class: a sweep's space check
+    decodes hundreds of configs."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
 def valid_keys(cls: type = Config, prefix: str = "") -> list[str]:
@@ -182,6 +185,26 @@ def load_config(
 
 def parse_cli(argv: list[str]) -> Config:
     """`--config PATH` plus dotted overrides."""
+    return load_config(*split_cli(argv))
+
+
+def command_line_keys(argv: list[str]) -> dict[str, Any]:
+    """The dotted keys (leaves, or whole mappings) the overrides in `argv` set, with values."""
+    out: dict[str, Any] = {}
+
+    def walk(tree: dict, prefix: str) -> None:
+        for key, value in tree.items():
+            if isinstance(value, dict) and value:
+                walk(value, f"{prefix}{key}.")
+            else:
+                out[prefix + key] = value
+
+    walk(_parse_overrides(split_cli(argv)[1]), "")
+    return out
+
+
+def split_cli(argv: list[str]) -> tuple[str | None, list[str]]:
+    """(`--config PATH` or None, the dotted overrides)."""
     config_path = None
     rest: list[str] = []
     i = 0
@@ -198,7 +221,7 @@ def parse_cli(argv: list[str]) -> Config:
         else:
             rest.append(arg)
         i += 1
-    return load_config(config_path, rest)
+    return config_path, rest
 
 
 def _choices_detail(tree: dict, key_path: tuple) -> str:
@@ -349,6 +372,26 @@ def check_batch_layout(global_batch: int, micro_batch: int, world_size: int) -> 
     return global_batch // (world_size * micro_batch)
 
 
+def resolve_data_root(data: DataConfig) -> Path:
+    """`demo`, a `repo_id` in the local LeRobot cache, or the path as typed (made absolute)."""
+    if data.repo_id:
+        if data.root not in (locate.DEMO, str(locate.demo_root(*locate.DEMO_DEFAULTS))):
+            raise ConfigError(
+                f"'data.repo_id' {data.repo_id!r} and 'data.root' {data.root!r} both name the "
+                "dataset; give one of them"
+            )
+        if data.repo_id.count("/") != 1 or any(
+            p in ("", ".", "..") for p in data.repo_id.split("/")
+        ):
+            raise ConfigError(
+                f"bad value for 'data.repo_id': {data.repo_id!r}, expected OWNER/NAME as on the Hub"
+            )
+        return locate.repo_root(data.repo_id)
+    if data.root == locate.DEMO:
+        return locate.demo_root(data.demo_episodes, data.demo_seed)
+    return Path(data.root).expanduser().resolve()
+
+
 def absolute_paths(cfg: Config) -> Config:
     """Resolve local paths where the user typed them: Ray workers run in their own directories."""
     for key, value in (("ray.storage_path", cfg.ray.storage_path), ("data.root", cfg.data.root)):
@@ -358,7 +401,7 @@ def absolute_paths(cfg: Config) -> Config:
                 "files, so use a path every node mounts (NFS/EFS, or the bucket mounted with a FUSE driver)"
             )
     cfg.ray.storage_path = str(Path(cfg.ray.storage_path).expanduser().resolve())
-    cfg.data.root = str(Path(cfg.data.root).expanduser().resolve())
+    cfg.data.root = str(resolve_data_root(cfg.data))
     if cfg.model.init_from:
         cfg.model.init_from = str(Path(cfg.model.init_from).expanduser().resolve())
     if cfg.model.smolvla.vlm_path:
@@ -393,6 +436,7 @@ RESUMABLE_KEYS = (
     "train.val_interval",
     "train.save_interval",
     "data.root",
+    "data.repo_id",
     "data.write_demo_if_missing",
     "data.read_tasks_per_segment",
     "data.samples_per_read_task",

@@ -5,7 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
+# Choices as named aliases: draccus's field-comment reader (for --help) skips quoted types.
 NormalizationMode = Literal["mean_std", "min_max", "quantile", "quantile10"]
+FlowVLASize = Literal["tiny", "small", "base"]
+AttentionMode = Literal["cross_attn", "self_attn"]
+LanguagePadding = Literal["longest", "max_length"]
+ModelType = Literal["flow_vla", "smolvla"]
+OptimizerType = Literal["adamw"]
+SchedulerType = Literal["constant", "cosine"]
+Precision = Literal["fp32", "bf16"]
+ResumeMode = Literal["auto", "never"]
+WandbMode = Literal["offline", "online", "disabled"]
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 
 
 @dataclass
@@ -19,20 +30,27 @@ class AugmentConfig:
 
 @dataclass
 class DataConfig:
-    # LeRobot dataset root. The demo dataset is written here when it is missing and `demo` is set.
-    root: str = "~/.cache/raytrain_vla/demo_v1"
-    write_demo_if_missing: bool = True
-    demo_episodes: int = 1500
-    demo_seed: int = 0
+    # LeRobot dataset root (v3.0 or v2.1) or a shards directory. `demo` is the built-in demo
+    # dataset under ~/.cache/raytrain_vla, written on first use; any other path must exist.
+    root: str = "demo"
+    # A dataset in the local LeRobot cache ($HF_LEROBOT_HOME, default
+    # ~/.cache/huggingface/lerobot), e.g. lerobot/svla_so100_pickplace; replaces `root`.
+    repo_id: str = ""
+    # Also write the demo dataset at an explicit `root` that does not exist (benchmarks).
+    write_demo_if_missing: bool = False
+    demo_episodes: int = 1500  # episodes of the demo dataset (data.root=demo)
+    demo_seed: int = 0  # seed of the demo dataset's scenes
     # Future actions per sample (the action chunk). Left unset in a config, it is the model
     # family's default (flow_vla 8, smolvla 50 as in LeRobot).
     chunk_size: int = 8
-    # Held-out episodes: an explicit list wins over the fraction.
+    # Share of episodes held out for validation (chosen by a seeded hash of the index).
     val_fraction: float = 0.05
+    # Held-out episodes by index; a non-empty list wins over the fraction.
     val_episodes: list[int] = field(default_factory=list)
-    val_max_samples: int = 512
-    # Sample plan (DESIGN.md): spans of consecutive frames, then a windowed sample shuffle.
+    val_max_samples: int = 512  # validation samples scored at each validation
+    # Sample plan (DESIGN.md): spans of this many consecutive frames are shuffled first...
     span_len: int = 16
+    # ...then samples are shuffled within windows of this many (larger: closer to i.i.d.).
     shuffle_window: int = 2048
     normalization: NormalizationMode = "mean_std"  # quantile maps q01..q99 to -1..1
     # Per-feature override of the mode, e.g. {action: quantile}.
@@ -40,9 +58,9 @@ class DataConfig:
     # Resize camera images to [H, W] for the model; empty keeps the dataset's resolution.
     image_size: list[int] = field(default_factory=list)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
-    # Ray Data: samples decoded per read task; read tasks per segment (decode parallelism and
-    # look-ahead: one segment is decoded ahead while the loop consumes the current one).
-    samples_per_read_task: int = 512
+    samples_per_read_task: int = 512  # Ray Data: samples decoded per read task
+    # Read tasks per segment: decode parallelism and look-ahead (one segment is decoded ahead
+    # while the loop consumes the current one).
     read_tasks_per_segment: int = 4
 
 
@@ -52,8 +70,8 @@ class FlowVLAOptions:
 
     DEFAULT_CHUNK_SIZE: ClassVar[int] = 8
 
-    size: Literal["tiny", "small", "base"] = "tiny"
-    num_inference_steps: int = 10
+    size: FlowVLASize = "tiny"  # about 3M, 40M and 1B parameters
+    num_inference_steps: int = 10  # Euler steps of the flow at inference
     max_text_len: int = 48  # instructions are byte-tokenized; longer ones are an error
 
 
@@ -75,23 +93,23 @@ class SmolVLAOptions:
     # Empty: each model camera reads the dataset camera of the same name (a fresh model takes
     # the dataset's cameras).
     cameras: dict[str, str] = field(default_factory=dict)
-    # Architecture (LeRobot's SmolVLAConfig names and defaults).
-    num_vlm_layers: int | None = None  # 16
-    num_expert_layers: int | None = None  # -1: one expert layer per VLM layer
-    expert_width_multiplier: float | None = None  # 0.75
-    self_attn_every_n_layers: int | None = None  # 2
-    attention_mode: Literal["cross_attn", "self_attn"] | None = None  # cross_attn
-    max_state_dim: int | None = None  # 32
-    max_action_dim: int | None = None  # 32
-    # Behaviour.
-    resize_imgs_with_padding: tuple[int, int] | None = None  # (512, 512), as (W, H)
-    tokenizer_max_length: int | None = None  # 48
-    pad_language_to: Literal["longest", "max_length"] | None = None  # longest
-    num_steps: int | None = None  # 10 Euler steps
-    empty_cameras: int | None = None  # 0
-    freeze_vision_encoder: bool | None = None  # true
-    train_expert_only: bool | None = None  # true
-    train_state_proj: bool | None = None  # true
+    # Architecture: LeRobot's SmolVLAConfig names, LeRobot's default after the ';'.
+    num_vlm_layers: int | None = None  # text layers of the VLM kept; 16
+    num_expert_layers: int | None = None  # action expert layers (-1: one per VLM layer); -1
+    expert_width_multiplier: float | None = None  # expert width / VLM width; 0.75
+    self_attn_every_n_layers: int | None = None  # expert self-attention interleave; 2
+    attention_mode: AttentionMode | None = None  # expert attention to the prefix; cross_attn
+    max_state_dim: int | None = None  # state padded to this size; 32
+    max_action_dim: int | None = None  # actions padded to this size; 32
+    # Images resized with padding to (W, H) before the vision tower; (512, 512)
+    resize_imgs_with_padding: tuple[int, int] | None = None
+    tokenizer_max_length: int | None = None  # instruction tokens kept (LeRobot truncates); 48
+    pad_language_to: LanguagePadding | None = None  # token padding; longest
+    num_steps: int | None = None  # Euler steps at inference; 10
+    empty_cameras: int | None = None  # extra all-padding camera slots; 0
+    freeze_vision_encoder: bool | None = None  # keep the vision tower frozen; true
+    train_expert_only: bool | None = None  # freeze the whole VLM; true
+    train_state_proj: bool | None = None  # train the state projection; true
 
 
 @dataclass(frozen=True)
@@ -100,16 +118,15 @@ class LoRAConfig:
     adapters, the action expert and what else is unfrozen train and are checkpointed; exports
     merge the adapters, so they load without peft."""
 
-    r: int = 0
-    alpha: float = 16.0
-    dropout: float = 0.0
+    r: int = 0  # adapter rank; 0 turns LoRA off
+    alpha: float = 16.0  # scaling numerator (the update is scaled by alpha / r)
+    dropout: float = 0.0  # dropout on the adapter input
     target_modules: tuple[str, ...] = ("q_proj", "v_proj")  # module names in a text layer
 
 
 @dataclass
 class ModelConfig:
-    # The model family (models/registry.py); its options are the section of the same name.
-    type: Literal["flow_vla", "smolvla"] = "flow_vla"
+    type: ModelType = "flow_vla"  # the family; its options: model.<type>
     flow_vla: FlowVLAOptions = field(default_factory=FlowVLAOptions)
     smolvla: SmolVLAOptions = field(default_factory=SmolVLAOptions)
     lora: LoRAConfig = field(default_factory=LoRAConfig)
@@ -143,44 +160,47 @@ def _default_lr_groups() -> list[LRGroupConfig]:
 
 @dataclass
 class OptimizerConfig:
-    type: Literal["adamw"] = "adamw"
-    # LR and weight decay for parameters that no group claims.
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    betas: tuple[float, float] = (0.9, 0.95)
-    eps: float = 1e-8
+    type: OptimizerType = "adamw"  # torch.optim.AdamW (fused on GPU)
+    lr: float = 1e-3  # LR for parameters that no group claims
+    weight_decay: float = 0.01  # weight decay for parameters that no group claims
+    betas: tuple[float, float] = (0.9, 0.95)  # AdamW moment decay rates
+    eps: float = 1e-8  # AdamW denominator epsilon
+    # LR groups: {name, roles, patterns, lr, weight_decay}; a parameter joins the first match.
     groups: list[LRGroupConfig] = field(default_factory=_default_lr_groups)
     # Parameter roles kept frozen (left out of checkpoints too); `train_action_expert_only`
     # freezes every role but `action_expert`.
     freeze_roles: list[str] = field(default_factory=list)
-    train_action_expert_only: bool = False
+    train_action_expert_only: bool = False  # freeze every role but action_expert
 
 
 @dataclass
 class SchedulerConfig:
-    type: Literal["constant", "cosine"] = "cosine"
-    warmup_steps: int = 100
-    min_lr_ratio: float = 0.05
+    type: SchedulerType = "cosine"  # LR after warm-up: constant or cosine decay
+    warmup_steps: int = 100  # linear warm-up from 0
+    min_lr_ratio: float = 0.05  # cosine ends at this fraction of each group's LR
 
 
 @dataclass
 class TrainConfig:
-    steps: int = 3000
+    steps: int = 3000  # optimizer steps in total (a resume continues up to it)
+    # Samples per optimizer step over all workers; fixed whatever the world size.
     global_batch_size: int = 64
+    # Samples per forward pass per worker; global / (workers x micro) steps are accumulated.
     micro_batch_size: int = 32
-    grad_clip: float = 1.0
+    grad_clip: float = 1.0  # max global gradient norm; 0 turns clipping off
     # Stop the run when this many updates in a row are skipped for non-finite gradients.
     max_consecutive_skipped_updates: int = 20
-    precision: Literal["fp32", "bf16"] = "fp32"
-    activation_checkpointing: bool = False
+    precision: Precision = "fp32"  # bf16: FSDP2 mixed precision, fp32 reduction
+    activation_checkpointing: bool = False  # recompute each block's activations in backward
     # Dense peak TFLOP/s per device for MFU; 0 looks it up from the GPU name (none on CPU).
     peak_tflops: float = 0.0
-    cpu_offload: bool = False
+    cpu_offload: bool = False  # FSDP2 parameters and optimizer state on CPU between uses
+    # FSDP2: free gathered parameters after forward (less memory, one more all-gather).
     reshard_after_forward: bool = True
-    seed: int = 0
-    log_interval: int = 100
-    val_interval: int = 1000
-    save_interval: int = 1000
+    seed: int = 0  # model init, noise, the sample plan and the validation split
+    log_interval: int = 100  # steps between metric lines
+    val_interval: int = 1000  # steps between validations
+    save_interval: int = 1000  # steps between checkpoints (the last step is always saved)
 
 
 @dataclass
@@ -189,28 +209,29 @@ class RayConfig:
     address: str = ""
     # Logical CPUs of the embedded local cluster; 0 picks enough for workers plus Ray Data.
     local_num_cpus: int = 0
-    num_workers: int | tuple[int, int] = 2
-    use_gpu: bool = False
+    num_workers: int | tuple[int, int] = 2  # training workers; [min, max] is elastic
+    use_gpu: bool = False  # one GPU per worker (nccl); CPU workers use gloo
+    # Ray resources of one worker, e.g. {CPU: 8, trainer: 1}.
     resources_per_worker: dict[str, float] = field(default_factory=lambda: {"CPU": 1.0})
-    storage_path: str = "./runs"
-    run_name: str = "demo"
+    storage_path: str = "./runs"  # runs live in storage_path/run_name (shared by every node)
+    run_name: str = "demo"  # the same name resumes that run
     # auto: resume the run's latest checkpoint if there is one; never: start a new run under a
     # fresh name (run_name plus a timestamp) and leave any existing run untouched.
-    resume: Literal["auto", "never"] = "auto"
-    max_failures: int = 0
-    num_to_keep: int = 2
+    resume: ResumeMode = "auto"
+    max_failures: int = 0  # worker-group restarts allowed after a failure (-1: no limit)
+    num_to_keep: int = 2  # checkpoints kept (the latest ones)
     # Elastic runs (num_workers: [min, max]) check this often whether more workers would fit.
     elastic_resize_monitor_interval_s: float = 60.0
 
 
 @dataclass
 class LoggingConfig:
-    wandb_mode: Literal["offline", "online", "disabled"] = "offline"
-    wandb_project: str = "raytrain_vla"
-    console: bool = True
+    wandb_mode: WandbMode = "offline"  # offline: RUN/wandb
+    wandb_project: str = "raytrain_vla"  # the wandb project of runs and sweeps
+    console: bool = True  # rank 0 prints a line per log_interval with an ETA
     # Ray Train's own console lines (worker group start, checkpoint created, ...). Its session
     # log files (/tmp/ray/session_latest/logs/train) keep every level whatever this says.
-    ray_train_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
+    ray_train_log_level: LogLevel = "WARNING"
 
 
 @dataclass
@@ -230,17 +251,17 @@ class EvalConfig:
 
 @dataclass
 class DebugConfig:
-    log_sample_ids: bool = False
+    log_sample_ids: bool = False  # write RUN/samples.jsonl: the sample ids of every step
     # Fault injection for tests: make the loss NaN on one rank at one step.
     nan_loss_step: int = -1
-    nan_loss_rank: int = 0
+    nan_loss_rank: int = 0  # the rank whose loss nan_loss_step makes NaN
     # SIGKILL rank `kill_rank` once, right after this step; or crash it inside this step's
     # checkpoint write (after its shards are written, before the report).
     kill_at_step: int = -1
-    crash_in_checkpoint_at_step: int = -1
+    crash_in_checkpoint_at_step: int = -1  # (see kill_at_step)
     # Raise a data error on rank `kill_rank` after this step, on every attempt (a bad file).
     bad_data_at_step: int = -1
-    kill_rank: int = 0
+    kill_rank: int = 0  # the rank that the kill, crash and bad-data faults hit
     # Sleep this long after every step, so tests can change the cluster mid-run; no effect on math.
     step_delay_s: float = 0.0
 

@@ -12,7 +12,10 @@ import os
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
 
+import raytrain_vla.config.data_root as locate
+from raytrain_vla.config.loader import ConfigError
 from raytrain_vla.config.schema import DataConfig
 from raytrain_vla.data.formats.lerobot import DatasetError
 from raytrain_vla.data.formats.video import DEFAULT_CODEC, DEFAULT_CRF, DEFAULT_GOP, DEFAULT_PRESET
@@ -38,9 +41,10 @@ def write_demo_dataset(
     if num_episodes < 1:
         raise ValueError(f"num_episodes must be >= 1, got {num_episodes}")
     rng = np.random.default_rng(seed)
+    rollouts = tqdm(range(num_episodes), desc=f"demo episodes -> {root}", unit="ep", disable=None)
     episodes = [
         EpisodeData({IMAGE_KEY: e.images}, e.states, e.actions, e.scene.instruction)
-        for e in (sim.rollout_expert(rng, image_size) for _ in range(num_episodes))
+        for e in (sim.rollout_expert(rng, image_size) for _ in rollouts)
     ]
     spec = DatasetSpec(
         sim.FPS, DEMO_VIDEO, robot_type=DEMO_ROBOT_TYPE, state_names=["x", "y"],
@@ -50,10 +54,27 @@ def write_demo_dataset(
 
 
 def ensure_dataset(cfg: DataConfig) -> Path:
-    """The dataset root, writing the demo dataset first when it is missing and allowed."""
+    """The dataset root (resolved by `config.absolute_paths`). The demo dataset is written only
+    when asked for: `data.root=demo`, or `data.write_demo_if_missing=true`; any other missing
+    path is a ConfigError that names it and the closest path that exists."""
     root = Path(cfg.root).expanduser()
-    if (root / "meta" / "info.json").is_file():
+    if locate.is_dataset(root):
         return root
-    if not cfg.write_demo_if_missing:
-        raise DatasetError(f"{root}: no LeRobot dataset here (missing meta/info.json)")
-    return write_demo_dataset(root, cfg.demo_episodes, cfg.demo_seed)
+    if cfg.repo_id:
+        raise ConfigError(
+            f"'data.repo_id' {cfg.repo_id!r}: not in the local LeRobot cache; looked in {root} "
+            f"(HF_LEROBOT_HOME={locate.lerobot_home()}). Download it first, e.g. "
+            f"`huggingface-cli download --repo-type dataset {cfg.repo_id} --local-dir {root}`"
+        )
+    if root.resolve() == locate.demo_root(cfg.demo_episodes, cfg.demo_seed) or (
+        cfg.write_demo_if_missing
+    ):
+        return write_demo_dataset(root, cfg.demo_episodes, cfg.demo_seed)
+    if root.exists():
+        raise DatasetError(
+            f"{root}: not a dataset (no meta/info.json of a LeRobot dataset, no shards.json)"
+        )
+    raise ConfigError(
+        f"'data.root' {str(root)!r} does not exist (closest existing: "
+        f"{locate.nearest_existing(root)}); the demo dataset is written only for data.root=demo"
+    )

@@ -16,6 +16,7 @@ import av.error
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from tqdm.auto import tqdm
 
 from raytrain_vla.data.formats.frame_checks import (
     describe_episodes,
@@ -39,10 +40,10 @@ def find_problems(root: str | Path) -> list[str]:
     out = _feature_problems(meta)
     if (meta.root / "shards.json").is_file():
         return out + _shard_problems(meta) + _stats_problems(meta)
-    for path, eps in meta.data_files().items():
-        out += _data_file_problems(meta, path, eps)
-    for key in meta.video_keys:
-        out += _video_problems(meta, key)
+    checks = [(_data_file_problems, path, eps) for path, eps in meta.data_files().items()]
+    checks += [(_video_problems, key) for key in meta.video_keys]
+    for check, *args in tqdm(checks, desc=f"inspect {meta.root}", unit="check", disable=None):
+        out += check(meta, *args)
     return out + _stats_problems(meta)
 
 

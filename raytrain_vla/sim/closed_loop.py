@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from raytrain_vla.sim import simulator as sim
 from raytrain_vla.sim.simulator import DEMO_ROBOT_TYPE, IMAGE_KEY
@@ -75,7 +76,7 @@ def run_episodes(
     The first `record` episodes keep their frames."""
     env = sim.ReachEnv(seed, image_size)
     successes, distances, steps, rollouts = 0, [], [], []
-    for episode in range(episodes):
+    for episode in tqdm(range(episodes), desc=f"closed loop: {name}", unit="ep", disable=None):
         obs, done, success = env.reset(), False, False
         frames = [obs["image"]] if episode < record else None
         reset()

@@ -86,6 +86,8 @@ class Space:
     seed: int | None = None
     fixed: dict[str, Any] = field(default_factory=dict)
     resources: dict[str, Any] = field(default_factory=dict)
+    # `fixed`/`resources` entries the command line replaced, as lines to show the user.
+    replaced_by_command_line: tuple[str, ...] = ()
 
     def has_grid(self) -> bool:
         return any(p.domain == "grid" for p in self.params)
@@ -264,8 +266,35 @@ def _combinations(space: Space) -> Iterator[dict[str, Any]]:
             yield {a: va, b: vb}
 
 
-def load_space(path: str | Path, base: Config) -> Space:
-    """Read and check a space file against the base config; raise SpaceError naming the key."""
+def _overlaps(key: str, other: str) -> bool:
+    return key == other or key.startswith(other + ".") or other.startswith(key + ".")
+
+
+def _yield_to_command_line(
+    source: str, entries: dict[str, Any], prefix: str, command_line: dict[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """Drop the entries a command-line override also sets: the user's value wins, said once."""
+    kept: dict[str, Any] = {}
+    notes: list[str] = []
+    for key, value in entries.items():
+        hits = [c for c in command_line if _overlaps(prefix + key, c)]
+        if hits:
+            given = ", ".join(f"--{c}={command_line[c]!r}" for c in hits)
+            notes.append(
+                f"{given} from the command line replaces {prefix}{key}={value!r} of {source}"
+            )
+        else:
+            kept[key] = value
+    return kept, notes
+
+
+def load_space(path: str | Path, base: Config, command_line: dict[str, Any] | None = None) -> Space:
+    """Read and check a space file against the base config; raise SpaceError naming the key.
+
+    `command_line` holds the dotted keys the user overrode: they replace the space's `fixed`
+    and `resources` values, and a searched key given there is an error (the sweep would
+    silently ignore one or the other)."""
+    command_line = command_line or {}
     path = Path(path)
     source = str(path)
     raw = read_yaml_mapping(path, "space file", "a mapping", SpaceError)
@@ -356,9 +385,20 @@ def load_space(path: str | Path, base: Config) -> Space:
         resources,
     )
 
+    for param in params:
+        hits = [c for c in command_line if _overlaps(param.key, c)]
+        if hits:
+            raise SpaceError(
+                f"{source}: 'params.{param.key}' is searched by the space, but the command line "
+                f"sets --{hits[0]}; remove one of the two"
+            )
+    fixed, fixed_notes = _yield_to_command_line(f"{source} (fixed)", fixed, "", command_line)
+    resources, resource_notes = _yield_to_command_line(
+        f"{source} (resources)", resources, "ray.", command_line
+    )
     space = Space(
         path, metric, mode, num_samples, concurrent, params, scheduler,
-        algorithm, search.get("seed"), fixed, resources,
+        algorithm, search.get("seed"), fixed, resources, tuple(fixed_notes + resource_notes),
     )  # fmt: skip
     if algorithm == "optuna" and space.has_grid():
         key = next(p.key for p in params if p.domain == "grid")

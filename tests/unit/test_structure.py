@@ -21,7 +21,7 @@ ALLOWED = {
     "train": {"config", "data", "models", "policy", "sim", "errors"},
     "tuning": {"config", "data", "train", "errors"},
 }
-ENTRY_POINTS = {"run", "tune", "export", "eval", "report", "data.__main__"}
+ENTRY_POINTS = {"cli", "run", "tune", "export", "eval", "report", "data.__main__"}
 
 
 def _modules() -> dict[str, Path]:

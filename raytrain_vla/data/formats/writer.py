@@ -1,7 +1,7 @@
 """Write episodes as a LeRobot v3.0 dataset: any cameras, image size, codec, GOP and crf.
 
-The layout, column names, dtypes and nesting follow what LeRobot 0.6 itself writes (compare
-`shared/fixtures/lerobot_v3/pusht_like`), so the same files load in LeRobot and here. Each camera
+The layout, column names, dtypes and nesting follow what LeRobot 0.6 itself writes (the tests
+compare against datasets LeRobot 0.6.1 wrote), so the same files load in LeRobot and here. Each camera
 is one concatenated video file; an episode's frames start at its `from_timestamp` in that file.
 The dataset is built in a hidden sibling directory and renamed into place, so an interrupted
 write never leaves a half dataset behind and an existing dataset is never overwritten.
