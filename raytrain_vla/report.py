@@ -105,14 +105,16 @@ def plot_predictions(run_dir: Path, out: Path, count: int = 4) -> Path:
     axes = fig.subplots(1, count)
     for i, ax in enumerate(np.atleast_1d(axes)):
         obs = {key: cols[f"image/{key}"][i].transpose(1, 2, 0) for key in policy.camera_keys}
-        obs.update(state=cols["state"][i], instruction=tasks[int(cols["task_index"][i])])
-        pred = policy.predict_action(obs)
+        obs.update(
+            {"observation.state": cols["state"][i], "task": tasks[int(cols["task_index"][i])]}
+        )
+        pred = policy.predict_action_chunk(obs)
         true = np.asarray(cols["actions"][i])
         valid = ~np.asarray(cols["action_is_pad"][i])
         for d in range(true.shape[1]):
             line = ax.plot(np.flatnonzero(valid), true[valid, d], "o-", ms=3, label=f"true {d}")
             ax.plot(pred[:, d], "x--", color=line[0].get_color(), label=f"predicted {d}")
-        ax.set(title=f"sample {int(ids[i])}: {obs['instruction'][:28]}", xlabel="chunk step")
+        ax.set(title=f"sample {int(ids[i])}: {obs['task'][:28]}", xlabel="chunk step")
         if i == 0:
             ax.legend(fontsize=7)
     path = out / "predictions.png"

@@ -15,11 +15,11 @@ from raytrain_vla.config import Config, ConfigError, absolute_paths, parse_cli
 from raytrain_vla.config.help import format_config_help, wants_help
 from raytrain_vla.data.dataset import root_fingerprint
 from raytrain_vla.data.demo import ensure_dataset
-from raytrain_vla.sim.closed_loop import is_demo_dataset
 from raytrain_vla.train.driver_lock import driver_lock
 from raytrain_vla.train.init_source import weights_file
 from raytrain_vla.train.launch import build_trainer, init_ray
-from raytrain_vla.train.optim import check_model_fits_data, check_model_options
+from raytrain_vla.train.optim import check_model_options
+from raytrain_vla.train.preflight import check_before_ray
 from raytrain_vla.train.resume import check_resume, fresh_run_name
 from raytrain_vla.train.trainer import run_dir_of
 
@@ -38,17 +38,6 @@ def prepare_run(cfg: Config) -> None:
     """Refuse a resume whose recipe or dataset changed (call holding the run's driver lock)."""
     if cfg.ray.resume != "never":
         check_resume(cfg, run_dir_of(cfg), root_fingerprint(cfg.data.root))
-
-
-def closed_loop_note(cfg: Config) -> str | None:
-    """Closed-loop scoring needs the demo task's simulator; on other data it is skipped, said once."""
-    if cfg.eval.episodes > 0 and not is_demo_dataset(cfg.data.root):
-        return (
-            f"note: eval.episodes={cfg.eval.episodes} is skipped: closed-loop scoring runs the demo "
-            f"task's simulator, and {cfg.data.root} is not the demo dataset (eval.episodes=0 "
-            "silences this)"
-        )
-    return None
 
 
 def summarize(cfg: Config, metrics: dict, seconds: float) -> dict:
@@ -102,9 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     try:
         ensure_dataset(cfg.data)
-        check_model_fits_data(cfg)
-        if note := closed_loop_note(cfg):
-            print(note)
+        check_before_ray(cfg)
         claim_run_name(cfg)
         with driver_lock(run_dir_of(cfg), "training driver"):
             return _train(cfg, start)

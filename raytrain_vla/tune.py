@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     # Imported here so `--help` and config errors answer without importing Ray Tune.
-    from raytrain_vla.train.optim import check_model_fits_data, check_model_options
+    from raytrain_vla.train.optim import check_model_options
+    from raytrain_vla.train.preflight import check_before_ray
     from raytrain_vla.tuning.space import load_space
 
     try:
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         ensure_dataset(base.data)
-        check_model_fits_data(base)  # before the sweep directory is written
+        check_before_ray(base)  # before the sweep directory is written
         with driver_lock(sweep_dir, "sweep driver"):
             sweep.record_sweep(sweep_dir, space, base)
             return _sweep(space, base, sweep_dir)

@@ -437,6 +437,7 @@ RESUMABLE_KEYS = (
     "train.save_interval",
     "data.root",
     "data.repo_id",
+    "model.truncate_text",  # only decides whether a too-long instruction is refused
     "data.write_demo_if_missing",
     "data.read_tasks_per_segment",
     "data.samples_per_read_task",

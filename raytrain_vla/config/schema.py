@@ -136,6 +136,9 @@ class ModelConfig:
     # Regexes of parameter names that may be missing or change shape (they keep a fresh init),
     # e.g. the action input and output layers for a robot with another action dimension.
     init_allow: list[str] = field(default_factory=list)
+    # Allow instructions longer than the model's text budget (they are cut to it); without it,
+    # a dataset with such an instruction is refused before training starts.
+    truncate_text: bool = False
 
 
 @dataclass

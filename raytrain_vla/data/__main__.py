@@ -1,4 +1,5 @@
-"""`python -m raytrain_vla.data demo OUT` writes the demo dataset; `inspect ROOT` summarises one.
+"""`python -m raytrain_vla.data demo OUT` writes the demo dataset; `inspect ROOT` summarises one;
+`preflight ROOT [--config CFG] [--KEY=VALUE ...]` checks it against a run's config.
 
 Thin on purpose: the work lives in demo.py and lerobot.py. Expected failures print one
 `error: ...` line and exit 1, so scripts and CI logs show the cause rather than a traceback.
@@ -10,6 +11,7 @@ import argparse
 import sys
 import time
 
+from raytrain_vla.config import ConfigError
 from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta
 from raytrain_vla.data.formats.video import VideoDecodeError
 
@@ -62,6 +64,26 @@ def _convert(args: argparse.Namespace) -> None:
     )
 
 
+def _preflight(args: argparse.Namespace, overrides: list[str]) -> int:
+    """The run's own checks against this dataset (what `run` checks before Ray starts), then
+    `inspect`'s full pass; exit status 1 if anything is an error."""
+    from raytrain_vla.config import absolute_paths, load_config
+    from raytrain_vla.data.inspect import find_problems
+    from raytrain_vla.train.optim import check_model_options
+    from raytrain_vla.train.preflight import Finding, preflight
+
+    cfg = absolute_paths(load_config(args.config, [*overrides, f"--data.root={args.root}"]))
+    check_model_options(cfg)
+    findings = preflight(cfg)
+    seen = {f.message for f in findings}
+    findings += [Finding("error", p) for p in find_problems(cfg.data.root) if p not in seen]
+    for finding in findings:
+        print(finding)
+    errors = sum(f.level == "error" for f in findings)
+    print(f"{errors} error(s), {sum(f.level == 'warning' for f in findings)} warning(s)")
+    return 1 if errors else 0
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -93,9 +115,24 @@ def main(argv: list[str] | None = None) -> int:
     inspect = sub.add_parser("inspect", help="summarise a LeRobot dataset")
     inspect.add_argument("root")
     inspect.set_defaults(func=_inspect)
-    args = parser.parse_args(argv)
+    preflight = sub.add_parser(
+        "preflight",
+        help="check a dataset against a run's config before training (what the model sees, "
+        "text budget, short episodes, files, statistics); extra --KEY=VALUE are config overrides",
+    )
+    preflight.add_argument("root", help="LeRobot dataset root")
+    preflight.add_argument("--config", default=None, help="the run's config file")
+    preflight.set_defaults(func=_preflight)
+    args, overrides = parser.parse_known_args(argv)
+    if overrides and args.func is not _preflight:
+        parser.error(f"unrecognized arguments: {' '.join(overrides)}")
     try:
+        if args.func is _preflight:
+            return args.func(args, overrides)
         args.func(args)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except (DatasetError, FileExistsError, VideoDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
 import raytrain_vla.config.data_root as locate
 from raytrain_vla.config.loader import ConfigError
@@ -25,6 +24,7 @@ from raytrain_vla.data.formats.writer import (
     VideoSpec,
     write_lerobot_dataset,
 )
+from raytrain_vla.progress import progress
 from raytrain_vla.sim import simulator as sim
 from raytrain_vla.sim.simulator import DEMO_ROBOT_TYPE, IMAGE_KEY
 
@@ -41,7 +41,7 @@ def write_demo_dataset(
     if num_episodes < 1:
         raise ValueError(f"num_episodes must be >= 1, got {num_episodes}")
     rng = np.random.default_rng(seed)
-    rollouts = tqdm(range(num_episodes), desc=f"demo episodes -> {root}", unit="ep", disable=None)
+    rollouts = progress(range(num_episodes), f"demo episodes -> {root}", "ep")
     episodes = [
         EpisodeData({IMAGE_KEY: e.images}, e.states, e.actions, e.scene.instruction)
         for e in (sim.rollout_expert(rng, image_size) for _ in rollouts)

@@ -16,7 +16,6 @@ import av.error
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tqdm.auto import tqdm
 
 from raytrain_vla.data.formats.frame_checks import (
     describe_episodes,
@@ -25,6 +24,7 @@ from raytrain_vla.data.formats.frame_checks import (
 )
 from raytrain_vla.data.formats.images import decode_images
 from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta
+from raytrain_vla.progress import progress
 
 REQUIRED = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 TRAINING = ("observation.state", "action")
@@ -42,8 +42,24 @@ def find_problems(root: str | Path) -> list[str]:
         return out + _shard_problems(meta) + _stats_problems(meta)
     checks = [(_data_file_problems, path, eps) for path, eps in meta.data_files().items()]
     checks += [(_video_problems, key) for key in meta.video_keys]
-    for check, *args in tqdm(checks, desc=f"inspect {meta.root}", unit="check", disable=None):
+    for check, *args in progress(checks, f"inspect {meta.root}", "check"):
         out += check(meta, *args)
+    return out + _stats_problems(meta)
+
+
+def quick_problems(meta: LeRobotMeta) -> list[str]:
+    """What can be found without reading frames (every run checks it before Ray starts):
+    features, video files that are missing, fps, statistics present and finite."""
+    out = _feature_problems(meta)
+    if meta.fps <= 0:
+        out.append(f"{meta.root / 'meta' / 'info.json'}: fps {meta.fps}, expected > 0")
+    if not (meta.root / "shards.json").is_file():
+        for key in meta.video_keys:
+            files = {meta.video_file(key, e) for e in range(meta.num_episodes)}
+            missing = sorted(str(p) for p in files if not p.is_file())
+            if missing:
+                more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+                out.append(f"{missing[0]}: missing video file of feature {key!r}{more}")
     return out + _stats_problems(meta)
 
 

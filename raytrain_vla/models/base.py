@@ -87,6 +87,8 @@ class InputProcessor(ABC):
     camera_keys: list[str]
     state_dim: int
     action_dim: int  # the robot's, as `decode_actions` returns it
+    # Whether an observation may leave cameras out (LeRobot's SmolVLA skips or pads them).
+    allows_missing_cameras: bool = False
 
     @abstractmethod
     def encode(
@@ -175,6 +177,18 @@ class PolicyFiles:
     normalizer: Normalizer
 
 
+@dataclass(frozen=True)
+class InputBudget:
+    """What the model sees of one sample, for the checks that run before Ray starts."""
+
+    image_size: tuple[int, int]  # (H, W) every camera is brought to before the vision tower
+    tokens_per_camera: int  # vision tokens one camera frame becomes
+    pixels_per_token: int  # side of the square one token covers (to suggest an image size)
+    text_budget: int  # instruction length the model keeps, in `text_unit`
+    text_unit: str  # "bytes" or "tokens"
+    count_text: Callable[[str], int]  # an instruction's length in `text_unit`, untruncated
+
+
 class ModelFamily(ABC):
     """One VLA family: its config, its model and its processor (see the module docstring)."""
 
@@ -213,6 +227,11 @@ class ModelFamily(ABC):
     def check_options(self, options: Any, init_from: str = "", lora: Any = None) -> None:
         """What can be checked of the options before Ray starts (without the dataset); raises
         ValueError naming the key. Nothing by default."""
+        return None
+
+    def input_budget(self, config: FamilyConfig) -> InputBudget | None:
+        """Tokens per camera and the text budget of a resolved config, for the preflight
+        checks; None (the default) skips those checks."""
         return None
 
     def notes(self, config: FamilyConfig) -> list[str]:

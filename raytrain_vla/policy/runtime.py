@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+from huggingface_hub import ModelHubMixin
 from safetensors.torch import load_file
 
 from raytrain_vla.data.normalize import STATE, Normalizer
@@ -24,25 +26,47 @@ from raytrain_vla.policy.format import (
     PolicyMeta,
     check_policy_dir,
     read_meta,
+    write_policy,
 )
 
+STATE_KEYS = (STATE, "state")  # LeRobot's name first; "state" and "instruction" are aliases
+TASK_KEYS = ("task", "instruction")
 
-def _uint8_chw(key: str, img) -> np.ndarray:
-    """HWC uint8 or CHW float in [0, 1] -> CHW uint8, as cameras are decoded for training."""
-    x = torch.as_tensor(np.asarray(img))
-    if x.ndim != 3 or 3 not in (x.shape[0], x.shape[-1]):
+
+def _numpy(value) -> np.ndarray:
+    return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+
+
+def _uint8_chw(key: str, images: np.ndarray) -> np.ndarray:
+    """(B, H, W, 3) uint8 or (B, 3, H, W) float in [0, 1] (or uint8) -> (B, 3, H, W) uint8, as
+    cameras are decoded for training."""
+    x = torch.as_tensor(images)
+    if x.ndim != 4 or 3 not in (x.shape[1], x.shape[-1]):
         raise ValueError(
-            f"camera '{key}': expected an HWC uint8 or CHW float image, got shape {tuple(x.shape)}"
+            f"camera '{key}': expected HWC uint8 or CHW float images (batched or not), got shape "
+            f"{tuple(x.shape)}"
         )
     if x.dtype == torch.uint8:
-        x = x.permute(2, 0, 1) if x.shape[-1] == 3 else x
+        x = x.permute(0, 3, 1, 2) if x.shape[1] != 3 else x
     else:
+        x = x.permute(0, 3, 1, 2) if x.shape[1] != 3 else x
         x = (x.float().clamp(0, 1) * 255).round().to(torch.uint8)
-    return x.numpy()
+    return x.contiguous().numpy()
 
 
-class Policy:
-    """`predict_action` (a chunk), `select_action` (one action from a queued chunk), `reset`."""
+def _first_key(observation: dict, keys: tuple[str, ...]) -> str | None:
+    return next((k for k in keys if k in observation), None)
+
+
+class Policy(ModelHubMixin):
+    """LeRobot's policy calls: `select_action`, `predict_action_chunk`, `reset`, plus
+    `from_pretrained`/`save_pretrained` (huggingface_hub's `ModelHubMixin`).
+
+    An observation uses LeRobot's keys: cameras under their dataset keys (e.g.
+    `observation.images.top`), `observation.state` and `task`. Unbatched numpy (HWC uint8 or
+    CHW float images, a (S,) state, one string) or batched tensors ((B, 3, H, W) float in
+    [0, 1], (B, S), B strings) are both accepted; actions come back the same way.
+    """
 
     def __init__(
         self,
@@ -51,15 +75,20 @@ class Policy:
         meta: PolicyMeta,
         seed: int = 0,
         n_action_steps: int = 0,
+        normalizer: Normalizer | None = None,
+        device: str | torch.device = "cpu",
     ):
-        self.model = model.eval()
+        self.device = torch.device(device)
+        self.model = model.eval().to(self.device)
         self.processor = processor
         self.meta = meta
+        self.normalizer = normalizer
         self.seed = seed
+        # Noise is drawn on the CPU: the same seed gives the same actions on any device.
         self.generator = torch.Generator().manual_seed(seed)
         # Actions of each predicted chunk executed before predicting again (0: the whole chunk).
         self.n_action_steps = n_action_steps or meta.data_spec.chunk_size
-        self._queue: list[np.ndarray] = []
+        self._queue: list[torch.Tensor] = []
 
     @property
     def camera_keys(self) -> list[str]:
@@ -83,63 +112,127 @@ class Policy:
         self._queue.clear()
         self.generator.manual_seed(self.seed)
 
-    def select_action(self, observation: dict) -> np.ndarray:
-        """One (action_dim,) action, replanning every `n_action_steps` like LeRobot's policies."""
+    def select_action(self, observation: dict) -> np.ndarray | torch.Tensor:
+        """One action per observation, replanning every `n_action_steps` like LeRobot's
+        policies: (action_dim,) numpy for an unbatched observation, (B, action_dim) otherwise."""
+        cols, batched = self._columns(observation)
         if not self._queue:
-            self._queue.extend(self.predict_action(observation)[: self.n_action_steps])
-        return self._queue.pop(0)
+            chunk = self._predict(cols, None)
+            self._queue.extend(chunk.transpose(0, 1)[: self.n_action_steps])
+        action = self._queue.pop(0)
+        return action if batched else action[0].cpu().numpy()
 
     @torch.no_grad()
+    def predict_action_chunk(
+        self, observation: dict, noise: torch.Tensor | None = None
+    ) -> torch.Tensor | np.ndarray:
+        """(B, chunk, action_dim) actions in the robot's units for a batched observation, a
+        (chunk, action_dim) numpy array for an unbatched one. `noise` (B, *noise_shape) is
+        used as given (LeRobot's `predict_action_chunk(batch, noise=...)`), else drawn from
+        the policy's generator."""
+        cols, batched = self._columns(observation)
+        chunk = self._predict(cols, noise)
+        return chunk if batched else chunk[0].cpu().numpy()
+
     def predict_action(self, observation: dict) -> np.ndarray:
-        """(chunk_size, action_dim) actions for one observation {camera keys, 'state', 'instruction'}."""
-        missing = [k for k in [*self.camera_keys, "state", "instruction"] if k not in observation]
-        if missing:
-            raise ValueError(f"observation is missing {missing}")
-        state = np.asarray(observation["state"], dtype=np.float32)
-        if state.shape != (self.state_dim,):
+        """`predict_action_chunk` as numpy (the name of earlier versions)."""
+        return _numpy(self.predict_action_chunk(observation))
+
+    def _columns(self, observation: dict) -> tuple[dict[str, np.ndarray], bool]:
+        """The processor's columns, and whether the observation was batched."""
+        state_key, task_key = (
+            _first_key(observation, STATE_KEYS),
+            _first_key(observation, TASK_KEYS),
+        )
+        cameras = [k for k in self.camera_keys if k in observation]
+        absent = [k for k in self.camera_keys if k not in observation]
+        if (
+            not state_key
+            or not task_key
+            or not cameras
+            or (absent and not self.processor.allows_missing_cameras)
+        ):
+            missing = [n for n, k in ((STATE, state_key), ("task", task_key)) if not k]
             raise ValueError(
-                f"'state' must have shape ({self.state_dim},), got {tuple(state.shape)}"
+                f"observation is missing {missing + absent}; expected {STATE!r}, 'task' and the "
+                f"cameras {self.camera_keys}"
             )
-        cols = {f"image/{k}": _uint8_chw(k, observation[k])[None] for k in self.camera_keys}
-        cols["state"] = state[None]
-        cols["task"] = np.array([str(observation["instruction"])], dtype=object)
-        batch = self.processor.collate(self.processor.encode(cols), "cpu")
-        noise = torch.randn((1, *self.model.noise_shape), generator=self.generator)
-        actions = self.model.sample_actions(batch, noise)
-        return self.processor.decode_actions(actions.float())[0].numpy()
+        state = _numpy(observation[state_key]).astype(np.float32)
+        batched = state.ndim == 2
+        if state.ndim not in (1, 2) or state.shape[-1] != self.state_dim:
+            raise ValueError(
+                f"'{state_key}' must have shape ({self.state_dim},) or (B, {self.state_dim}), got "
+                f"{tuple(state.shape)}"
+            )
+        state = state if batched else state[None]
+        tasks = observation[task_key]
+        tasks = [tasks] if isinstance(tasks, str) else [str(t) for t in tasks]
+        if len(tasks) != len(state):
+            raise ValueError(f"'{task_key}': {len(tasks)} strings for a batch of {len(state)}")
+        cols = {"state": state, "task": np.array(tasks, dtype=object)}
+        for key in cameras:
+            images = _numpy(observation[key])
+            cols[f"image/{key}"] = _uint8_chw(key, images if batched else images[None])
+            if len(cols[f"image/{key}"]) != len(state):
+                raise ValueError(
+                    f"camera '{key}': {len(images)} images for a batch of {len(state)}"
+                )
+        return cols, batched
 
     @torch.no_grad()
-    def predict_action_chunk(self, batch: dict, noise: torch.Tensor | None = None) -> torch.Tensor:
-        """LeRobot's batch in, (B, chunk, action_dim) actions in the robot's units out.
-
-        `batch`: cameras (B, 3, H, W) float in [0, 1] (or uint8) under their keys, 'observation.state'
-        (B, S) in the robot's units, 'task' a list of B strings. As in LeRobot, a camera left out
-        is skipped (the family decides; SmolVLA may substitute an empty image). `noise`
-        (B, *noise_shape) is used as given (LeRobot's `predict_action_chunk(batch, noise=...)`),
-        else drawn from the policy's generator."""
-        missing = [k for k in (STATE, "task") if k not in batch]
-        if missing or not any(k in batch for k in self.camera_keys):
-            raise ValueError(
-                f"batch is missing {missing or 'every camera'}; expected {STATE!r}, 'task' and "
-                f"cameras among {self.camera_keys}"
-            )
-        cols = {f"image/{k}": _numpy(batch[k]) for k in self.camera_keys if k in batch}
-        cols["state"] = _numpy(batch[STATE]).astype(np.float32)
-        cols["task"] = np.array([str(t) for t in batch["task"]], dtype=object)
-        model_batch = self.processor.collate(self.processor.encode(cols), "cpu")
-        size = cols["state"].shape[0]
+    def _predict(self, cols: dict[str, np.ndarray], noise: torch.Tensor | None) -> torch.Tensor:
+        batch = self.processor.collate(self.processor.encode(cols), self.device)
+        shape = (len(cols["state"]), *self.model.noise_shape)
         if noise is None:
-            noise = torch.randn((size, *self.model.noise_shape), generator=self.generator)
-        elif tuple(noise.shape) != (size, *self.model.noise_shape):
-            raise ValueError(
-                f"noise has shape {tuple(noise.shape)}, expected {(size, *self.model.noise_shape)}"
-            )
-        actions = self.model.sample_actions(model_batch, noise.float())
+            noise = torch.randn(shape, generator=self.generator)
+        elif tuple(noise.shape) != shape:
+            raise ValueError(f"noise has shape {tuple(noise.shape)}, expected {shape}")
+        actions = self.model.sample_actions(batch, noise.float().to(self.device))
         return self.processor.decode_actions(actions.float())
 
+    def to(self, device: str | torch.device) -> Policy:
+        self.device = torch.device(device)
+        self.model.to(self.device)
+        return self
 
-def _numpy(value) -> np.ndarray:
-    return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+    def save_pretrained(self, save_directory: str | Path, **hub_kwargs: Any) -> None:
+        """Our policy format (what `export` writes), replacing the directory in one step once
+        the new one is complete. A directory holding anything but a policy is refused, never
+        overwritten. `push_to_hub=True` etc. go to huggingface_hub's own upload."""
+        if hub_kwargs.get("push_to_hub"):
+            super().save_pretrained(save_directory, **hub_kwargs)
+            return
+        self._save_pretrained(Path(save_directory))
+
+    def _save_pretrained(self, save_directory: Path) -> None:
+        if self.normalizer is None:
+            raise ValueError("this policy was built without its normalizer; it cannot be saved")
+        if save_directory.is_dir() and any(save_directory.iterdir()):
+            try:
+                check_policy_dir(save_directory)
+            except (FileNotFoundError, ValueError) as err:
+                raise FileExistsError(
+                    f"{save_directory}: exists and is not a policy directory; refusing to "
+                    f"overwrite it ({err})"
+                ) from err
+        state = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+        write_policy(save_directory, state, self.meta, self.normalizer)
+
+    @classmethod
+    def _from_pretrained(
+        cls, *, model_id: str, device: str | torch.device = "cpu", seed: int = 0,
+        n_action_steps: int = 0, **hub_kwargs: Any,
+    ) -> Policy:  # fmt: skip
+        """A local directory (ours or LeRobot's SmolVLA), else a Hub repo from the HF cache."""
+        path = Path(model_id)
+        if not path.is_dir():
+            from huggingface_hub import snapshot_download
+
+            keep = ("revision", "cache_dir", "force_download", "local_files_only", "token")
+            path = Path(
+                snapshot_download(model_id, **{k: hub_kwargs[k] for k in keep if k in hub_kwargs})
+            )
+        return load(path, seed=seed, n_action_steps=n_action_steps, device=device)
 
 
 def from_state(
@@ -149,6 +242,7 @@ def from_state(
     seed: int = 0,
     n_action_steps: int = 0,
     source: str = "state dict",
+    device: str | torch.device = "cpu",
 ) -> Policy:
     """A policy from weights in memory (e.g. gathered mid-training) and its metadata."""
     family = meta.family
@@ -157,10 +251,12 @@ def from_state(
     if missing or unexpected:
         raise ValueError(f"{source}: missing keys {missing[:5]}, unexpected keys {unexpected[:5]}")
     processor = family.processor(meta.model_config, normalizer)
-    return Policy(model, processor, meta, seed, n_action_steps)
+    return Policy(model, processor, meta, seed, n_action_steps, normalizer, device)
 
 
-def load(path: str | Path, seed: int = 0, n_action_steps: int = 0) -> Policy:
+def load(
+    path: str | Path, seed: int = 0, n_action_steps: int = 0, device: str | torch.device = "cpu"
+) -> Policy:
     """An exported policy directory (`python -m raytrain_vla.export`, or a run's `export/`),
     or another project's policy directory a model family reads (LeRobot's SmolVLA
     `pretrained_model/`)."""
@@ -173,10 +269,10 @@ def load(path: str | Path, seed: int = 0, n_action_steps: int = 0) -> Policy:
         family, files = foreign
         meta = PolicyMeta(family.name, files.config, files.spec)
         return from_state(
-            files.state, meta, files.normalizer, seed, n_action_steps, str(path)
+            files.state, meta, files.normalizer, seed, n_action_steps, str(path), device
         )  # fmt: skip
     check_policy_dir(path)
     return from_state(
         load_file(str(path / WEIGHTS)), read_meta(path / CONFIG),
-        Normalizer.load(path / NORMALIZATION), seed, n_action_steps, str(path / WEIGHTS),
+        Normalizer.load(path / NORMALIZATION), seed, n_action_steps, str(path / WEIGHTS), device,
     )  # fmt: skip

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
+from raytrain_vla.progress import progress
 from raytrain_vla.sim import simulator as sim
 from raytrain_vla.sim.simulator import DEMO_ROBOT_TYPE, IMAGE_KEY
 
@@ -76,15 +76,15 @@ def run_episodes(
     The first `record` episodes keep their frames."""
     env = sim.ReachEnv(seed, image_size)
     successes, distances, steps, rollouts = 0, [], [], []
-    for episode in tqdm(range(episodes), desc=f"closed loop: {name}", unit="ep", disable=None):
+    for episode in progress(range(episodes), f"closed loop: {name}", "ep"):
         obs, done, success = env.reset(), False, False
         frames = [obs["image"]] if episode < record else None
         reset()
         while not done:
             policy_obs = {
                 IMAGE_KEY: obs["image"],
-                "state": obs["state"],
-                "instruction": obs["instruction"],
+                "observation.state": obs["state"],
+                "task": obs["instruction"],
             }
             obs, success, done = env.step(np.asarray(act(policy_obs), dtype=np.float32))
             if frames is not None:
@@ -122,7 +122,7 @@ def evaluate(
         return rng.uniform(-sim.MAX_STEP, sim.MAX_STEP, size=action_dim)
 
     def blind(obs: dict) -> np.ndarray:
-        return policy.select_action({**obs, "instruction": ""})
+        return policy.select_action({**obs, "task": ""})
 
     return [
         run_episodes(

@@ -10,12 +10,14 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
 from raytrain_vla.config import Config, ConfigError
 from raytrain_vla.config.schema import OptimizerConfig, SchedulerConfig
+from raytrain_vla.data.spec import DataSpec
 from raytrain_vla.models.base import ACTION_EXPERT, VLAModel
 from raytrain_vla.models.registry import family_options, get_family
 
@@ -73,10 +75,11 @@ def check_model_options(cfg: Config) -> None:
         raise ConfigError(str(err)) from err
 
 
-def check_model_fits_data(cfg: Config) -> None:
+def check_model_fits_data(cfg: Config) -> tuple[Any, DataSpec]:
     """On the driver, once the dataset exists: the family resolves its config against the
     dataset's shapes (cameras, dims) and builds the model on the meta device, so a camera that
-    feeds nothing or a LoRA target that matches no module fails here, not on every worker."""
+    feeds nothing or a LoRA target that matches no module fails here, not on every worker.
+    Returns the resolved model config and the data spec."""
     from raytrain_vla.data.dataset import DatasetView  # reads metadata only at the driver
 
     family = get_family(cfg.model.type)
@@ -93,6 +96,7 @@ def check_model_fits_data(cfg: Config) -> None:
             family.build(config)
     except (ValueError, FileNotFoundError) as err:
         raise ConfigError(str(err)) from err
+    return config, spec
 
 
 def freeze_for_config(model: VLAModel, cfg: OptimizerConfig) -> list[str]:

@@ -228,3 +228,82 @@ def test_an_export_is_fsynced_file_by_file_before_it_is_renamed_into_place(
     synced = {os.path.basename(p) for kind, p in events[:renamed] if kind == "fsync"}
     assert {p.name for p in out.iterdir()} <= synced
     assert ("fsync", str(tmp_path)) in events[renamed:]  # the rename itself
+
+
+def lerobot_observation(batch: int) -> dict:
+    """LeRobot's batch: (B, 3, H, W) float images in [0, 1], (B, S) state, B task strings."""
+    g = torch.Generator().manual_seed(7)
+    return {
+        "observation.image": torch.rand((batch, 3, 16, 16), generator=g),
+        "observation.state": torch.rand((batch, 2), generator=g),
+        "task": ["reach the red disc", "reach the blue disc", "go to the green disc"][:batch],
+    }
+
+
+def test_lerobot_keys_batched_tensors_and_unbatched_numpy_give_the_same_actions(policy_dir):
+    batch = lerobot_observation(3)
+    noise = torch.randn((3, 8, 2), generator=torch.Generator().manual_seed(1))
+    p = policy.load(policy_dir)
+    chunks = p.predict_action_chunk(batch, noise=noise)
+    assert isinstance(chunks, torch.Tensor) and chunks.shape == (3, 8, 2)
+    for i in range(3):
+        one = {
+            "observation.image": batch["observation.image"][i].numpy(),
+            "observation.state": batch["observation.state"][i].numpy(),
+            "task": batch["task"][i],
+        }
+        chunk = p.predict_action_chunk(one, noise=noise[i : i + 1])
+        assert isinstance(chunk, np.ndarray) and chunk.shape == (8, 2)
+        np.testing.assert_allclose(chunk, chunks[i].numpy(), atol=1e-5)
+        # The names of earlier versions are aliases of LeRobot's.
+        old = {"observation.image": one["observation.image"], "state": one["observation.state"]}
+        again = p.predict_action_chunk({**old, "instruction": one["task"]}, noise=noise[i : i + 1])
+        np.testing.assert_array_equal(again, chunk)
+
+
+def test_select_action_on_a_batch_returns_one_action_per_observation(policy_dir):
+    batch = lerobot_observation(2)
+    p = policy.load(policy_dir, seed=4, n_action_steps=2)
+    chunk = policy.load(policy_dir, seed=4).predict_action_chunk(batch)
+    first, second = p.select_action(batch), p.select_action(batch)
+    assert first.shape == (2, 2)
+    torch.testing.assert_close(torch.stack([first, second], 1), chunk[:, :2])
+    p.reset()
+    torch.testing.assert_close(p.select_action(batch), chunk[:, 0])
+
+
+def test_a_batch_whose_parts_disagree_is_refused(policy_dir):
+    batch = lerobot_observation(2)
+    with pytest.raises(ValueError, match="'task': 1 strings for a batch of 2"):
+        policy.load(policy_dir).predict_action_chunk({**batch, "task": ["x"]})
+    with pytest.raises(ValueError, match="observation.image': 1 images for a batch of 2"):
+        policy.load(policy_dir).predict_action_chunk(
+            {**batch, "observation.image": batch["observation.image"][:1]}
+        )
+
+
+def test_device_is_where_the_model_runs_and_the_seed_gives_the_same_actions(policy_dir):
+    p = policy.load(policy_dir, seed=2, device="cpu")
+    assert p.device == torch.device("cpu")
+    assert {t.device for t in p.model.parameters()} == {torch.device("cpu")}
+    batch = lerobot_observation(2)
+    torch.testing.assert_close(
+        p.predict_action_chunk(batch), policy.load(policy_dir, seed=2).predict_action_chunk(batch)
+    )
+    assert policy.load(policy_dir, device="meta").device == torch.device("meta")
+
+
+def test_save_pretrained_and_from_pretrained_round_trip(policy_dir, tmp_path):
+    p = policy.Policy.from_pretrained(str(policy_dir), seed=6)
+    out = tmp_path / "saved"
+    p.save_pretrained(out)
+    again = policy.Policy.from_pretrained(out, seed=6)
+    batch = lerobot_observation(2)
+    torch.testing.assert_close(again.predict_action_chunk(batch), p.predict_action_chunk(batch))
+    p.save_pretrained(out)  # a policy directory is replaced as a whole
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "mine.txt").write_text("keep")
+    with pytest.raises(FileExistsError, match="not a policy directory"):
+        p.save_pretrained(other)
+    assert (other / "mine.txt").read_text() == "keep"

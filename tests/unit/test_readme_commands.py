@@ -16,28 +16,36 @@ from raytrain_vla.tuning.space import load_space
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
-def _commands(module: str) -> list[list[str]]:
-    """Arguments of every `python -m raytrain_vla.<module>` line in the README's bash blocks."""
+def _commands(module: str, command: str) -> list[list[str]]:
+    """Arguments of every `python -m raytrain_vla.<module>` or `raytrain-vla <command>` line in
+    the README's bash blocks."""
     out = []
     for block in re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S):
         for line in block.replace("\\\n", " ").splitlines():
-            line = line.split(" #", 1)[0]
-            words = shlex.split(line)
+            words = shlex.split(line.split(" #", 1)[0])
             if f"raytrain_vla.{module}" in words:
                 out.append(words[words.index(f"raytrain_vla.{module}") + 1 :])
+            elif words[:2] == ["raytrain-vla", command]:
+                out.append(words[2:])
     return out
 
 
 def _without_user_files(args: list[str]) -> list[str]:
-    """CFG.yaml and a sweep's best_config.yaml are the user's files: check the rest."""
+    """CFG.yaml and a sweep's best_config.yaml are the user's files: check the rest. The
+    shipped examples are checked as they are."""
     if "--config" in args:
         i = args.index("--config")
-        args = args[:i] + args[i + 2 :]
+        shipped = (README.parent / args[i + 1]).is_file() and args[i + 1].startswith("examples/")
+        args = (
+            args[:i]
+            + (["--config", str(README.parent / args[i + 1])] if shipped else [])
+            + args[i + 2 :]
+        )
     return [a for a in args if a not in ("--help", "-h")]
 
 
-RUNS = _commands("run")
-TUNES = _commands("tune")
+RUNS = _commands("run", "train")
+TUNES = _commands("tune", "tune")
 
 
 def test_the_readme_has_commands_to_check():

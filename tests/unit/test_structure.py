@@ -13,12 +13,13 @@ PACKAGE = Path(raytrain_vla.__file__).parent
 # Room -> the rooms it may import. Entry points (the CLIs) may import anything.
 ALLOWED = {
     "errors": set(),  # the NotRetriable base every room's errors derive from
+    "progress": set(),  # progress bars of long commands
     "config": {"errors"},
-    "sim": {"config", "errors"},
-    "data": {"config", "sim", "errors"},
+    "sim": {"config", "errors", "progress"},
+    "data": {"config", "sim", "errors", "progress"},
     "models": {"config", "data", "errors"},
     "policy": {"config", "data", "models", "errors"},
-    "train": {"config", "data", "models", "policy", "sim", "errors"},
+    "train": {"config", "data", "models", "policy", "sim", "errors", "progress"},
     "tuning": {"config", "data", "train", "errors"},
 }
 ENTRY_POINTS = {"cli", "run", "tune", "export", "eval", "report", "data.__main__"}

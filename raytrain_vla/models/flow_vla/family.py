@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from raytrain_vla.config.schema import FlowVLAOptions
 from raytrain_vla.data.normalize import Normalizer
 from raytrain_vla.data.spec import DataSpec
-from raytrain_vla.models.base import ModelFamily
+from raytrain_vla.models.base import InputBudget, ModelFamily
 from raytrain_vla.models.flow_vla.config import FlowVLAConfig
+from raytrain_vla.models.flow_vla.layers import conv_out_size
 from raytrain_vla.models.flow_vla.model import FlowVLA
 from raytrain_vla.models.flow_vla.processor import FlowVLAProcessor
 
@@ -25,6 +27,21 @@ class FlowVLAFamily(ModelFamily):
 
     def processor(self, config: FlowVLAConfig, normalizer: Normalizer) -> FlowVLAProcessor:
         return FlowVLAProcessor(config, normalizer)
+
+    def input_budget(self, config: FlowVLAConfig) -> InputBudget:
+        """Every camera is resized to `config.image_size`; each stride-2 conv halves it, and the
+        last feature map's cells are the tokens. Text is UTF-8 bytes."""
+        height, width = config.image_size
+        for stride in config.vision_strides:
+            height, width = conv_out_size(height, stride), conv_out_size(width, stride)
+        return InputBudget(
+            image_size=tuple(config.image_size),
+            tokens_per_camera=height * width,
+            pixels_per_token=math.prod(config.vision_strides),
+            text_budget=config.max_text_len,
+            text_unit="bytes",
+            count_text=lambda text: len(text.encode("utf-8")),
+        )
 
     def config_from_legacy(self, builder_kwargs: dict[str, Any]) -> FlowVLAConfig:
         """Format-1 policies stored `build_flow_vla`'s keyword arguments (size plus shapes)."""

@@ -11,15 +11,16 @@ import numpy as np
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
+from transformers import AutoTokenizer
 
 from raytrain_vla.config.schema import LoRAConfig, SmolVLAOptions
 from raytrain_vla.data.normalize import ACTION, STATE, Normalizer
 from raytrain_vla.data.spec import DataSpec
-from raytrain_vla.models.base import ModelFamily, PolicyFiles
+from raytrain_vla.models.base import InputBudget, ModelFamily, PolicyFiles
 from raytrain_vla.models.smolvla import lerobot_io
 from raytrain_vla.models.smolvla.config import SmolVLAConfig
-from raytrain_vla.models.smolvla.model import SmolVLA
-from raytrain_vla.models.smolvla.processor import SmolVLAProcessor
+from raytrain_vla.models.smolvla.model import SmolVLA, vlm_config_of
+from raytrain_vla.models.smolvla.processor import SmolVLAProcessor, with_newline
 
 # Options whose value decides parameter shapes or wiring: a checkpoint's value cannot change.
 ARCHITECTURE = (
@@ -176,6 +177,23 @@ class SmolVLAFamily(ModelFamily):
                 f"(compute dtype: train.precision; policy.load of the export runs {config.vlm_dtype})"
             ]
         return []
+
+    def input_budget(self, config: SmolVLAConfig) -> InputBudget:
+        """Images are resized with padding to `resize_imgs_with_padding`; the vision tower's
+        patches are merged `scale_factor`^2 to one token by the connector. Text is counted in
+        the VLM tokenizer's tokens of LeRobot's prompt (the task plus a newline)."""
+        vlm = vlm_config_of(config)
+        width, height = config.resize_imgs_with_padding
+        patch, scale = vlm.vision_config.patch_size, vlm.scale_factor
+        tokenizer = AutoTokenizer.from_pretrained(config.vlm_path)
+        return InputBudget(
+            image_size=(height, width),
+            tokens_per_camera=(height // patch) * (width // patch) // (scale * scale),
+            pixels_per_token=patch * scale,
+            text_budget=config.tokenizer_max_length,
+            text_unit="tokens",
+            count_text=lambda text: len(tokenizer(with_newline(text))["input_ids"]),
+        )
 
     def processor(self, config: SmolVLAConfig, normalizer: Normalizer) -> SmolVLAProcessor:
         """Normalisation as LeRobot computes it from the same statistics (mean/std divides by

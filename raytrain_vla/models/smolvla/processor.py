@@ -38,6 +38,8 @@ def with_newline(task: str) -> str:
 
 
 class SmolVLAProcessor(InputProcessor):
+    allows_missing_cameras = True
+
     def __init__(self, config: SmolVLAConfig, normalizer: Normalizer, tokenizer: Any = None):
         self.config = config
         self.normalizer = normalizer

@@ -1,0 +1,168 @@
+"""Checks of a run against its dataset before Ray starts, each one line with the number that
+matters: what the model will see (tokens per camera, text budget), episodes shorter than a chunk,
+camera resolutions, missing files and statistics, closed-loop scoring without a simulator.
+
+`run` and `tune` call `preflight` and stop on an error; `raytrain-vla data preflight ROOT`
+prints every finding, plus the full `data inspect` (which decodes the videos' ends).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from raytrain_vla.config import Config
+from raytrain_vla.data.formats.lerobot import LeRobotMeta
+from raytrain_vla.data.inspect import quick_problems
+from raytrain_vla.models.base import InputBudget
+from raytrain_vla.models.registry import get_family
+from raytrain_vla.sim.closed_loop import is_demo_dataset
+from raytrain_vla.train.optim import check_model_fits_data
+
+# Vision tokens per camera above which a run is warned (the attention cost grows with their
+# square; pi0 and SmolVLA see 256 and 64 per camera).
+MANY_IMAGE_TOKENS = 1024
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: Literal["error", "warning", "note"]
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.level}: {self.message}"
+
+
+def preflight(cfg: Config) -> list[Finding]:
+    """Every finding for this config on its dataset (the dataset must exist)."""
+    meta = LeRobotMeta.load(cfg.data.root)
+    findings = [Finding("error", p) for p in quick_problems(meta)]
+    findings += _camera_findings(cfg, meta)
+    if any(f.level == "error" for f in findings):
+        return findings  # the model cannot be resolved against this data
+    config, _spec = check_model_fits_data(cfg)
+    budget = get_family(cfg.model.type).input_budget(config)
+    if budget is not None:
+        findings += _image_token_findings(cfg, meta, budget)
+        findings += _text_findings(cfg, meta, budget)
+    findings += _episode_findings(cfg, meta)
+    if cfg.eval.episodes > 0 and not is_demo_dataset(cfg.data.root):
+        findings.append(
+            Finding(
+                "note",
+                f"eval.episodes={cfg.eval.episodes} is skipped: closed-loop scoring runs the "
+                f"demo task's simulator, and {cfg.data.root} is not the demo dataset "
+                "(eval.episodes=0 silences this)",
+            )
+        )
+    return findings
+
+
+def _camera_findings(cfg: Config, meta: LeRobotMeta) -> list[Finding]:
+    """Cameras of different resolutions need one size for the model: `data.image_size`."""
+    family = get_family(cfg.model.type)
+    shapes = {key: meta.camera_shape(key)[1:] for key in meta.camera_keys}
+    if len(set(shapes.values())) < 2 or cfg.data.image_size or not family.uses_data_image_size:
+        return []
+    listed = ", ".join(f"{k} {h}x{w}" for k, (h, w) in shapes.items())
+    return [
+        Finding(
+            "error",
+            f"cameras have different resolutions ({listed}); set data.image_size=[H, W] to "
+            f"resize them all (e.g. {_suggest_size(min(shapes.values()), 8, 256)})",
+        )
+    ]
+
+
+def _suggest_size(hw: tuple[int, int], pixels_per_token: int, tokens: int) -> list[int]:
+    """The largest [H, W] with the camera's aspect ratio that gives at most `tokens` tokens."""
+    h, w = hw
+    scale = min(1.0, math.sqrt(tokens / max(1.0, (h / pixels_per_token) * (w / pixels_per_token))))
+    return [max(pixels_per_token, int(h * scale) // pixels_per_token * pixels_per_token),
+            max(pixels_per_token, int(w * scale) // pixels_per_token * pixels_per_token)]  # fmt: skip
+
+
+def _image_token_findings(cfg: Config, meta: LeRobotMeta, budget: InputBudget) -> list[Finding]:
+    h, w = budget.image_size
+    cams = len(meta.camera_keys)
+    text = (
+        f"the model sees each camera at {h}x{w}: {budget.tokens_per_camera} vision tokens per "
+        f"camera, {cams * budget.tokens_per_camera} per sample ({cams} camera(s))"
+    )
+    if budget.tokens_per_camera <= MANY_IMAGE_TOKENS:
+        return [Finding("note", text)]
+    size = _suggest_size((h, w), budget.pixels_per_token, 256)
+    return [Finding("warning", f"{text}; data.image_size={size} would give about 256")]
+
+
+def _text_findings(cfg: Config, meta: LeRobotMeta, budget: InputBudget) -> list[Finding]:
+    lengths = [budget.count_text(task) for task in meta.tasks]
+    if not lengths:
+        return []
+    longest = int(np.argmax(lengths))
+    task = meta.tasks[longest]
+    over = sum(n > budget.text_budget for n in lengths)
+    unit = budget.text_unit
+    if not over:
+        return [
+            Finding(
+                "note",
+                f"longest instruction: {lengths[longest]} of the model's {budget.text_budget} "
+                f"{unit}",
+            )
+        ]
+    key = (
+        "model.flow_vla.max_text_len"
+        if cfg.model.type == "flow_vla"
+        else ("model.smolvla.tokenizer_max_length")
+    )
+    text = (
+        f"{over} of {len(lengths)} instructions are longer than the model's text budget of "
+        f"{budget.text_budget} {unit} (the longest, {lengths[longest]} {unit}: {task[:60]!r}"
+        f"{'...' if len(task) > 60 else ''})"
+    )
+    if cfg.model.truncate_text:
+        return [Finding("warning", f"{text}; they are cut to {budget.text_budget} {unit}")]
+    return [
+        Finding(
+            "error",
+            f"{text}: raise {key} to {lengths[longest]}, or set model.truncate_text=true to cut "
+            "them (two instructions that differ only after the cut become the same input)",
+        )
+    ]
+
+
+def _episode_findings(cfg: Config, meta: LeRobotMeta) -> list[Finding]:
+    lengths = np.asarray(meta.episode_length)
+    short = np.flatnonzero(lengths < cfg.data.chunk_size)
+    if not len(short):
+        return []
+    return [
+        Finding(
+            "warning",
+            f"{len(short)} of {meta.num_episodes} episodes are shorter than data.chunk_size "
+            f"{cfg.data.chunk_size} (shortest: episode {int(short[np.argmin(lengths[short])])}, "
+            f"{int(lengths[short].min())} frames); every chunk in them is padded past the end",
+        )
+    ]
+
+
+def check_before_ray(cfg: Config) -> None:
+    """Print the notes and warnings; refuse (ConfigError, exit 2) on the first error."""
+    from raytrain_vla.config import ConfigError
+
+    findings = preflight(cfg)
+    for finding in findings:
+        if finding.level != "error":
+            print(finding)
+    errors = [f.message for f in findings if f.level == "error"]
+    if errors:
+        more = (
+            f" (and {len(errors) - 1} more: raytrain-vla data preflight {cfg.data.root})"
+            if len(errors) > 1
+            else ""
+        )
+        raise ConfigError(errors[0] + more)
