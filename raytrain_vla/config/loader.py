@@ -105,11 +105,19 @@ def _read_yaml(path: str | Path) -> dict:
     return read_yaml_mapping(path, "config file", "a mapping of config sections")
 
 
-def _merge(base: dict, update: dict) -> dict:
+def _merge(base: dict, update: dict, cls: type = Config) -> dict:
+    """`update` over `base`: sections merge key by key, every other value (a mapping such as
+    `ray.resources_per_worker` included) is replaced whole, as the user wrote it."""
     out = dict(base)
+    types = _field_types(cls)
     for key, value in update.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
+        section = types.get(key)
+        if (
+            isinstance(value, dict)
+            and isinstance(out.get(key), dict)
+            and dataclasses.is_dataclass(section)
+        ):
+            out[key] = _merge(out[key], value, section)
         else:
             out[key] = value
     return out
@@ -287,6 +295,11 @@ def validate(cfg: Config) -> None:
     if cfg.data.image_size and (len(cfg.data.image_size) != 2 or min(cfg.data.image_size) < 1):
         raise ConfigError(
             f"bad value for 'data.image_size': {cfg.data.image_size}, expected [H, W] or []"
+        )
+    if cfg.ray.resources_per_worker.get("GPU", 0) > 0 and not cfg.ray.use_gpu:
+        raise ConfigError(
+            f"'ray.resources_per_worker' {cfg.ray.resources_per_worker} asks for a GPU but "
+            "'ray.use_gpu' is false; set ray.use_gpu=true or leave GPU out"
         )
     if cfg.ray.elastic_resize_monitor_interval_s <= 0 or cfg.debug.step_delay_s < 0:
         raise ConfigError(

@@ -1,8 +1,11 @@
-"""A new user's first run: "I have a LeRobot dataset at PATH" to an exported policy that answers
-on one of its raw frames, with the shipped real-robot example config and without the demo."""
+"""A new user's first run, by the README's own commands: "I have a LeRobot dataset at PATH" to
+an exported policy that answers on one of its raw frames, with the shipped real-robot example
+config and without the demo dataset."""
 
 from __future__ import annotations
 
+import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -14,12 +17,35 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from robot_data import CAMERAS, write_arm_dataset  # noqa: E402
 
-from raytrain_vla import policy, run  # noqa: E402
+from raytrain_vla import cli, policy  # noqa: E402
 from raytrain_vla.config import data_root  # noqa: E402
 from raytrain_vla.data.formats.lerobot import LeRobotMeta  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "so100_pick_place.yaml"
+REPO = Path(__file__).resolve().parents[2]
+README_PATH = "/data/my_so100"  # the path the README's commands name
+# What 2 CPU cores cannot do of the README's run: its length, batch and model size.
+SHORT = [
+    "--model.flow_vla.size=tiny",
+    "--data.val_max_samples=16",
+    "--train.steps=3",
+    "--train.global_batch_size=8",
+    "--train.micro_batch_size=4",
+    "--train.val_interval=3",
+    "--train.save_interval=3",
+    "--scheduler.warmup_steps=1",
+    "--data.val_fraction=0.2",
+    "--logging.wandb_mode=disabled",
+    "--logging.console=false",
+]
+
+
+def readme_commands() -> list[list[str]]:
+    """The `raytrain-vla` commands of the README's "Your own robot's dataset" block."""
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## Your own robot's dataset") :]
+    block = re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1)
+    return [shlex.split(line) for line in block.replace("\\\n", " ").splitlines() if line]
 
 
 def first_frame(path: Path) -> np.ndarray:
@@ -27,35 +53,29 @@ def first_frame(path: Path) -> np.ndarray:
         return next(container.decode(video=0)).to_ndarray(format="rgb24")
 
 
-def test_a_robot_dataset_trains_with_the_example_config_and_its_policy_answers_a_raw_frame(
+def test_the_readme_commands_train_on_a_robot_dataset_and_its_policy_answers_a_raw_frame(
     tmp_path, monkeypatch, capsys
 ):
-    root = write_arm_dataset(tmp_path / "my_so100")  # 480x640 top, 240x320 wrist, 6-DoF
+    root = write_arm_dataset(tmp_path / "my_so100", lengths=(60, 45, 20, 70, 52, 64))
     monkeypatch.setattr(data_root, "DEMO_CACHE", tmp_path / "demo_cache")
-    storage = tmp_path / "runs"
-    args = [
-        f"--config={EXAMPLE}",
-        f"--data.root={root}",
-        # The cluster parts of the example, for this machine: 2 CPU workers, fp32, 3 steps.
-        "--ray.use_gpu=false",
-        "--ray.num_workers=2",
-        "--ray.resources_per_worker={CPU: 1}",
-        f"--ray.storage_path={storage}",
-        "--train.precision=fp32",
-        "--train.steps=3",
-        "--train.global_batch_size=8",
-        "--train.micro_batch_size=4",
-        "--train.val_interval=3",
-        "--train.save_interval=3",
-        "--scheduler.warmup_steps=1",
-        "--data.val_fraction=0.2",
-        "--logging.wandb_mode=disabled",
-        "--logging.console=false",
+    monkeypatch.chdir(tmp_path)  # `--ray.storage_path=runs` lands here
+    (tmp_path / "examples").symlink_to(REPO / "examples")
+    preflight, train = readme_commands()
+    assert preflight[:3] == ["raytrain-vla", "data", "preflight"] and train[:2] == [
+        "raytrain-vla",
+        "train",
     ]
-    assert run.main(args) == 0
+
+    def as_here(words: list[str]) -> list[str]:
+        return [w.replace(README_PATH, str(root)) for w in words[1:]]
+
+    assert cli.main(as_here(preflight)) == 0
     out = capsys.readouterr().out
-    assert "note: the model sees each camera at 120x160: 300 vision tokens per camera" in out
-    run_dir = storage / "so100_pick_place"
+    assert "0 error(s)" in out and "120x160: 300 vision tokens per camera" in out
+    assert "2 of 6 episodes are shorter than data.chunk_size 50" in out
+
+    assert cli.main([*as_here(train), *SHORT]) == 0
+    run_dir = tmp_path / "runs" / "so100_pick_place"
     loaded = policy.load(run_dir / "export")
     assert loaded.camera_keys == list(CAMERAS) and loaded.action_dim == 6
 

@@ -77,7 +77,11 @@ def test_asha_sweep_survives_a_driver_restart_and_hands_back_a_trainable_config(
     space = tmp_path / "space.yaml"
     space.write_text(SPACE)
     storage = tmp_path / "sweeps"
-    base = short_run_args(demo_root, storage, "unused", STEPS)
+    # The space fixes the budget and intervals; a command-line value would replace them.
+    fixed = ("--train.steps", "--train.val_interval", "--train.save_interval", "--scheduler.")
+    base = [
+        a for a in short_run_args(demo_root, storage, "unused", STEPS) if not a.startswith(fixed)
+    ]
     args = ["--space", str(space), "--name", "asha", *base]
     sweep_dir = storage / "asha"
 

@@ -191,3 +191,25 @@ def test_lora_on_a_family_without_it_is_refused_before_ray_starts(capsys):
     assert run.main(["--model.lora.r=8"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'model.lora.r': model type 'flow_vla' has no LoRA" in err[0]
+
+
+def test_a_mapping_value_given_again_replaces_the_whole_mapping(tmp_path):
+    """`--ray.resources_per_worker={CPU: 1}` over a file's `{CPU: 8, GPU: 1, trainer: 1}` once
+    kept GPU and trainer (the two mappings were merged key by key)."""
+    path = tmp_path / "cfg.yaml"
+    path.write_text(
+        "ray: {use_gpu: true, resources_per_worker: {CPU: 8, GPU: 1, trainer: 1}}\n"
+        "data: {normalization_per_feature: {action: quantile}}\n"
+    )
+    cfg = parse_cli(
+        ["--config", str(path), "--ray.use_gpu=false", "--ray.resources_per_worker={CPU: 1}"]
+    )
+    assert cfg.ray.resources_per_worker == {"CPU": 1}
+    assert cfg.data.normalization_per_feature == {"action": "quantile"}  # sections still merge
+    cfg = parse_cli(["--config", str(path), "--data.normalization_per_feature={}"])
+    assert cfg.data.normalization_per_feature == {}
+
+
+def test_a_gpu_resource_without_use_gpu_is_refused_before_ray():
+    with pytest.raises(ConfigError, match="asks for a GPU but 'ray.use_gpu' is false"):
+        parse_cli(["--ray.resources_per_worker={CPU: 1, GPU: 1}"])
