@@ -76,3 +76,12 @@ def test_one_console_script_reaches_every_command(capsys):
 def test_the_license_is_declared_and_shipped():
     assert PYPROJECT["project"]["license"] == "Apache-2.0"
     assert "Apache License" in (REPO / "LICENSE").read_text()[:200]
+
+
+def test_the_installed_console_script_runs():
+    import subprocess
+
+    script = Path(sys.executable).parent / "raytrain-vla"
+    assert script.is_file(), f"{script}: not installed (pip install -e . writes it)"
+    out = subprocess.run([str(script), "--help"], capture_output=True, text=True, check=True)
+    assert all(name in out.stdout for name in cli.COMMANDS)
