@@ -155,15 +155,16 @@ class PerSampleDataset:
         self.s = source
 
     def __len__(self) -> int:
-        return len(self.s.state)
+        return self.s.meta.total_frames
 
     def __getitem__(self, i: int) -> dict:
-        s = self.s
-        steps = np.minimum(i + np.arange(s.chunk_size), s.episode_end[i] - 1)
-        item = {"sample_id": i, "state": s.state[i], "actions": s.action[steps]}
-        for key in s.camera_keys:
-            path = s.video_paths[key][s.video_file_of[key][i]]
-            item[f"image/{key}"] = _lerobot_style_frame(path, float(s.video_time[key][i]))
+        read = self.s.reader(np.array([i]))
+        cols, timestamp, _ = read.read_rows()  # parquet rows; frames below, one seek each
+        item = {"sample_id": i, "state": cols["state"][0], "actions": cols["actions"][0]}
+        for key in self.s.camera_keys:
+            refs = read.videos[key]
+            time = float(refs.offset[0] + timestamp[0])
+            item[f"image/{key}"] = _lerobot_style_frame(refs.paths[refs.file[0]], time)
         return item
 
 
@@ -218,10 +219,11 @@ def _plan(source, args):
     from raytrain_vla.data.plan import SamplePlan
 
     cfg = DataConfig()
-    ids = np.arange(len(source.state))
-    return SamplePlan(
-        ids, source.episode_of, 0, args.global_batch, cfg.span_len, cfg.shuffle_window
-    )
+    meta = source.meta
+    return SamplePlan.from_runs(
+        meta.episode_from_index, meta.episode_length, 0, args.global_batch, cfg.span_len,
+        cfg.shuffle_window,
+    )  # fmt: skip
 
 
 def measure_ours(source, args, setup: Setup) -> dict:

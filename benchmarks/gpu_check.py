@@ -32,7 +32,7 @@ from raytrain_vla.data.demo import write_demo_dataset
 from raytrain_vla.models.registry import get_family
 from raytrain_vla.train.flops import peak_tflops, training_flops_per_sample
 from raytrain_vla.train.fsdp import apply_fsdp
-from raytrain_vla.train.inputs import ReadTransform, task_array
+from raytrain_vla.train.inputs import ReadTransform
 from raytrain_vla.train.noise import flow_noise_and_time
 from raytrain_vla.train.optim import build_optimizer, build_scheduler, resolve_groups
 from raytrain_vla.train.step import StepRunner
@@ -54,7 +54,7 @@ def _batch(view: DatasetView, ids: np.ndarray, device) -> dict:
     """Real decoded samples, prepared by the model's processor as the run's read tasks do."""
     processor = FAMILY.processor(_config(view, "tiny"), view.normalizer)
     ids = np.sort(ids)
-    cols = ReadTransform(processor, task_array(view))(view.source.read(ids), np.zeros_like(ids))
+    cols = ReadTransform(processor)(view.source.read(ids), np.zeros_like(ids))
     return processor.collate(cols, device)
 
 

@@ -41,7 +41,7 @@ from raytrain_vla.data.dataset import DatasetView
 from raytrain_vla.data.demo import ensure_dataset
 from raytrain_vla.models.registry import family_options, get_family
 from raytrain_vla.train.fsdp import apply_fsdp
-from raytrain_vla.train.inputs import ReadTransform, task_array
+from raytrain_vla.train.inputs import ReadTransform
 from raytrain_vla.train.noise import flow_noise_and_time
 from raytrain_vla.train.optim import build_optimizer, build_scheduler, resolve_groups
 from raytrain_vla.train.step import StepRunner
@@ -90,7 +90,7 @@ def _plain_worker(
     runner = StepRunner(model, optimizer, scheduler, groups, noise_fn, cfg.train.grad_clip)
     micro = cfg.train.micro_batch_size
     accum = cfg.train.global_batch_size // (world * micro)
-    prepare = ReadTransform(processor, task_array(view))
+    prepare = ReadTransform(processor)
     # Decoded and prepared into memory before the clock starts.
     steps = []
     for step in range(cfg.train.steps):

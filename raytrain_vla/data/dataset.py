@@ -50,6 +50,17 @@ def split_episodes(num_episodes: int, val_fraction: float, val_episodes: list[in
     return np.sort(np.random.default_rng([0x5E1, num_episodes]).permutation(num_episodes)[:n_val])
 
 
+def ids_in_runs(first: np.ndarray, length: np.ndarray, at_most: int) -> np.ndarray:
+    """The ids of the runs, in order, thinned evenly to `at_most` when there are more."""
+    length = np.asarray(length, np.int64)
+    total = int(length.sum())
+    pos = np.arange(total) if total <= at_most else np.linspace(0, total - 1, at_most)
+    pos = pos.astype(np.int64)
+    ends = np.cumsum(length)
+    run = np.searchsorted(ends, pos, side="right")
+    return np.asarray(first, np.int64)[run] + pos - (ends[run] - length[run])
+
+
 @dataclass
 class DatasetView:
     meta: LeRobotMeta
@@ -69,21 +80,14 @@ class DatasetView:
         else:
             source = LeRobotSource(meta, cfg.chunk_size)
         val_eps = split_episodes(meta.num_episodes, cfg.val_fraction, cfg.val_episodes)
-        is_val = np.isin(source.episode_of, val_eps)
-        train_ids = np.flatnonzero(~is_val)
-        plan = SamplePlan(
-            train_ids,
-            source.episode_of[train_ids],
-            seed,
-            global_batch_size,
-            cfg.span_len,
+        is_val = np.isin(np.arange(meta.num_episodes), val_eps)
+        first, length = meta.episode_from_index.astype(np.int64), meta.episode_length
+        # Runs of whole training episodes: the plan stays O(episodes), never O(frames).
+        plan = SamplePlan.from_runs(
+            first[~is_val], length[~is_val], seed, global_batch_size, cfg.span_len,
             cfg.shuffle_window,
-        )
-        val_ids = np.flatnonzero(is_val)
-        if len(val_ids) > cfg.val_max_samples:
-            val_ids = val_ids[
-                np.linspace(0, len(val_ids) - 1, cfg.val_max_samples).astype(np.int64)
-            ]
+        )  # fmt: skip
+        val_ids = ids_in_runs(first[is_val], length[is_val], cfg.val_max_samples)
         normalizer = Normalizer.from_stats(
             meta.stats,
             cfg.normalization,

@@ -1,7 +1,8 @@
 """Per-rank Ray Data pipeline: plan slice -> read tasks -> decoded samples, in plan order.
 
-Each rank turns its own work list (its contiguous slice of every global batch, from the cursor
-on) into read tasks. Ray Data runs them on any node with CPUs and returns blocks in task order
+Each rank turns its own work (its contiguous slice of every global batch, from the cursor on,
+computed step by step as the segments need it) into read tasks. A task carries its source's
+`reader(ids)`: the file rows and video references of its own samples, never the dataset index. Ray Data runs them on any node with CPUs and returns blocks in task order
 (`preserve_order`), so the loop sees exactly the plan's order whatever the timing.
 `streaming_split` is not used: its block assignment is not deterministic.
 
@@ -15,27 +16,30 @@ nodes. A segment never hits backpressure, so its executor waits on tasks instead
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from itertools import islice
 from typing import Protocol
 
 import numpy as np
 import ray
 from ray.util.debug import log_once
 
+from raytrain_vla.data.plan import read_tasks
 
-class SampleSource(Protocol):
-    """Reads samples by id; picklable, so Ray Data tasks can carry it."""
 
-    def read(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
-        """Columns for these samples, in this order; must include `sample_id`."""
+class SampleRead(Protocol):
+    """One read task's samples; picklable and small, so Ray Data ships it to any node."""
+
+    def read(self) -> dict[str, np.ndarray]:
+        """Columns for these samples, in this order; must include `sample_id` and `task`."""
         ...
 
 
-def read_tasks(work: np.ndarray, samples_per_task: int, micro_batch: int) -> list[np.ndarray]:
-    """Split a rank's work list into read tasks that end on micro-batch boundaries."""
-    size = max(micro_batch, samples_per_task // micro_batch * micro_batch)
-    return [work[i : i + size] for i in range(0, len(work), size)]
+class SampleSource(Protocol):
+    """The rank-side index of a dataset (LeRobot files or shards)."""
+
+    def reader(self, sample_ids: np.ndarray) -> SampleRead: ...
 
 
 class Postprocess(Protocol):
@@ -61,13 +65,12 @@ def _configure_context() -> None:
     log_once("ray_data_progress_manager_disabled")
 
 
-def _read_fn(source: SampleSource, post: Postprocess | None):
+def _read_fn(post: Postprocess | None):
     def read(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        cols = source.read(np.concatenate([np.asarray(x, dtype=np.int64) for x in batch["ids"]]))
+        (request,) = batch["read"]
+        cols = request.read()
         if post is not None:
-            cols = post(
-                cols, np.concatenate([np.asarray(x, dtype=np.int64) for x in batch["epochs"]])
-            )
+            cols = post(cols, np.asarray(batch["epochs"][0], dtype=np.int64))
         return cols
 
     return read
@@ -80,17 +83,15 @@ def _materialize(
     post: Postprocess | None,
 ) -> ray.data.Dataset:
     _configure_context()
-    items = [{"ids": ids, "epochs": epochs} for ids, epochs in tasks]
+    items = [{"read": source.reader(ids), "epochs": epochs} for ids, epochs in tasks]
     ds = ray.data.from_items(items, override_num_blocks=len(items))
-    ds = ds.map_batches(
-        _read_fn(source, post), batch_size=1, num_cpus=num_cpus, zero_copy_batch=True
-    )
+    ds = ds.map_batches(_read_fn(post), batch_size=1, num_cpus=num_cpus, zero_copy_batch=True)
     return ds.materialize()
 
 
 def iter_rank_batches(
     source: SampleSource,
-    work: np.ndarray,
+    work: np.ndarray | Iterable[tuple[np.ndarray, np.ndarray]],
     micro_batch: int,
     samples_per_task: int = 512,
     tasks_per_segment: int = 4,
@@ -100,28 +101,33 @@ def iter_rank_batches(
 ) -> Iterator[dict[str, np.ndarray]]:
     """Yield this rank's micro-batches (numpy columns) in plan order.
 
-    `epochs` (one per work item) keys augmentation; `post` runs inside the read tasks.
+    `work` is an id array (with `epochs`, one per id, keying augmentation) or an iterable of
+    (ids, epochs) read tasks such as `cut_tasks` yields; `post` runs inside the read tasks.
     """
     _configure_context()
-    epochs = np.zeros(len(work), np.int64) if epochs is None else np.asarray(epochs, np.int64)
-    tasks = list(
-        zip(
+    if isinstance(work, np.ndarray):
+        epochs = np.zeros(len(work), np.int64) if epochs is None else np.asarray(epochs, np.int64)
+        tasks: Iterator = zip(
             read_tasks(work, samples_per_task, micro_batch),
             read_tasks(epochs, samples_per_task, micro_batch),
             strict=True,
         )
-    )
-    segments = [tasks[i : i + tasks_per_segment] for i in range(0, len(tasks), tasks_per_segment)]
-    if not segments:
+    else:
+        tasks = iter(work)
+    segments = iter(lambda: list(islice(tasks, tasks_per_segment)), [])
+    first = next(segments, None)
+    if first is None:
         return
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="raytrain-vla-read") as pool:
-        pending = pool.submit(_materialize, source, segments[0], num_cpus_per_task, post)
-        for i in range(len(segments)):
+        pending = pool.submit(_materialize, source, first, num_cpus_per_task, post)
+        while pending is not None:
             ds = pending.result()
-            if i + 1 < len(segments):
-                pending = pool.submit(
-                    _materialize, source, segments[i + 1], num_cpus_per_task, post
-                )
+            upcoming = next(segments, None)
+            pending = (
+                None
+                if upcoming is None
+                else pool.submit(_materialize, source, upcoming, num_cpus_per_task, post)
+            )
             yield from ds.iter_batches(
                 batch_size=micro_batch, batch_format="numpy", prefetch_batches=1
             )

@@ -3,41 +3,71 @@
 Spans of consecutive frames keep video decoding sequential; a seeded span shuffle plus a windowed
 sample shuffle mixes the order. Global step k reads P_e[kG:(k+1)G] and rank r of W reads its
 contiguous slice, so the set of samples in each global batch never depends on the world size.
+
+Unlike DESIGN.md's `default_rng([seed, epoch]).permutation`, both shuffles are keyed bijections
+evaluated per position (`index_shuffle`), so P_e is never built: a rank computes the G/W
+positions it reads, and memory is O(runs + spans / BLOCK) whatever the dataset size or step.
+Plan version 2 names this order; checkpoints record it so a resume never switches orders.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
+from raytrain_vla.data.index_shuffle import index_shuffle, round_keys
 
-def build_spans(sample_ids: np.ndarray, episode_of: np.ndarray, span_len: int) -> list[np.ndarray]:
-    """Split samples (sorted global frame indices) into runs of <= span_len within one episode."""
-    if span_len < 1:
-        raise ValueError(f"span_len must be >= 1, got {span_len}")
-    spans: list[np.ndarray] = []
-    if len(sample_ids) == 0:
-        return spans
-    # A new run starts where the episode changes or the frame indices are not consecutive.
-    breaks = np.flatnonzero((np.diff(episode_of) != 0) | (np.diff(sample_ids) != 1)) + 1
-    for run in np.split(sample_ids, breaks):
-        spans.extend(run[i : i + span_len] for i in range(0, len(run), span_len))
-    return spans
+PLAN_VERSION = 2
+BLOCK = 4096  # spans per block whose summed lengths are kept per epoch
+_SPAN_ORDER, _WINDOW = 0, 1  # key tags, so the two shuffles never share keys
+_BLOCK_CACHE = 4
 
 
-def epoch_permutation(
-    spans: list[np.ndarray], seed: int, epoch: int, shuffle_window: int
-) -> np.ndarray:
-    """P_e: the span order shuffled, then samples shuffled inside consecutive windows."""
-    rng = np.random.default_rng([seed, epoch])
-    order = rng.permutation(len(spans))
-    flat = np.concatenate([spans[i] for i in order]) if spans else np.zeros(0, np.int64)
-    if shuffle_window > 1:
-        for start in range(0, len(flat), shuffle_window):
-            window = flat[start : start + shuffle_window]
-            flat[start : start + shuffle_window] = window[rng.permutation(len(window))]
-    return flat.astype(np.int64)
+def runs_of(sample_ids: np.ndarray, episode_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first id, length) of every run of consecutive ids within one episode."""
+    ids = np.asarray(sample_ids, dtype=np.int64)
+    if not len(ids):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    breaks = np.flatnonzero((np.diff(episode_of) != 0) | (np.diff(ids) != 1)) + 1
+    starts = np.concatenate([[0], breaks])
+    lengths = np.diff(np.concatenate([starts, [len(ids)]]))
+    return ids[starts], lengths.astype(np.int64)
+
+
+class Spans:
+    """Runs cut into spans of <= span_len consecutive samples, addressed by span number."""
+
+    def __init__(self, run_start: np.ndarray, run_length: np.ndarray, span_len: int):
+        if span_len < 1:
+            raise ValueError(f"span_len must be >= 1, got {span_len}")
+        keep = np.asarray(run_length) > 0
+        self.run_start = np.asarray(run_start, dtype=np.int64)[keep]
+        self.run_length = np.asarray(run_length, dtype=np.int64)[keep]
+        self.span_len = span_len
+        self.run_spans = -(-self.run_length // span_len)
+        self.run_span_end = np.cumsum(self.run_spans)
+        self.count = int(self.run_span_end[-1]) if len(self.run_span_end) else 0
+        self.num_samples = int(self.run_length.sum())
+
+    def bounds(self, span: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(first sample id, length) of each span number."""
+        run = np.searchsorted(self.run_span_end, span, side="right")
+        k = span - (self.run_span_end[run] - self.run_spans[run])
+        start = self.run_start[run] + k * self.span_len
+        return start, np.minimum(self.span_len, self.run_length[run] - k * self.span_len)
+
+    def all(self) -> list[np.ndarray]:
+        """Every span's sample ids in span-number order (small datasets and tests only)."""
+        start, length = self.bounds(np.arange(self.count))
+        return [np.arange(s, s + n) for s, n in zip(start, length, strict=True)]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.run_start, self.run_length, self.run_spans,
+                                      self.run_span_end))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -61,6 +91,8 @@ class SamplePlan:
     Each epoch drops its last partial global batch so that every step has exactly G samples.
     """
 
+    version = PLAN_VERSION
+
     def __init__(
         self,
         sample_ids: np.ndarray,
@@ -70,26 +102,95 @@ class SamplePlan:
         span_len: int = 16,
         shuffle_window: int = 2048,
     ):
-        if len(sample_ids) < global_batch_size:
+        run_start, run_length = runs_of(sample_ids, np.asarray(episode_of))
+        self._init(Spans(run_start, run_length, span_len), seed, global_batch_size, shuffle_window)
+
+    @classmethod
+    def from_runs(
+        cls, run_start: np.ndarray, run_length: np.ndarray, seed: int, global_batch_size: int,
+        span_len: int = 16, shuffle_window: int = 2048,
+    ) -> SamplePlan:  # fmt: skip
+        """A plan over runs of consecutive ids (e.g. the training episodes), in O(runs)."""
+        plan = cls.__new__(cls)
+        plan._init(Spans(run_start, run_length, span_len), seed, global_batch_size, shuffle_window)
+        return plan
+
+    def _init(self, spans: Spans, seed: int, global_batch_size: int, shuffle_window: int) -> None:
+        if spans.num_samples < global_batch_size:
             raise ValueError(
-                f"the training split has {len(sample_ids)} samples, fewer than one global batch "
-                f"({global_batch_size})"
+                f"the training split has {spans.num_samples} samples, fewer than one global "
+                f"batch ({global_batch_size})"
             )
-        self.sample_ids = np.asarray(sample_ids, dtype=np.int64)
-        self.spans = build_spans(self.sample_ids, np.asarray(episode_of), span_len)
+        self.spans = spans
         self.seed = seed
         self.global_batch_size = global_batch_size
         self.shuffle_window = shuffle_window
-        self.steps_per_epoch = len(self.sample_ids) // global_batch_size
-        self._cache: dict[int, np.ndarray] = {}
+        self.num_samples = spans.num_samples
+        self.steps_per_epoch = self.num_samples // global_batch_size
+        self._epoch_blocks: tuple[int, np.ndarray, np.ndarray] | None = None
+        self._blocks: OrderedDict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+
+    # -- P_e, position by position -------------------------------------------------------
+    def _block_ends(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """(span-order keys, end position of each block of BLOCK shuffled spans) for `epoch`:
+        one O(spans) pass per epoch, O(spans / BLOCK) kept."""
+        if self._epoch_blocks is None or self._epoch_blocks[0] != epoch:
+            keys = round_keys((self.seed, epoch, _SPAN_ORDER))
+            sums, step = [], BLOCK * 16  # bounded scratch memory
+            for start in range(0, self.spans.count, step):
+                order = np.arange(start, min(start + step, self.spans.count))
+                _, length = self.spans.bounds(index_shuffle(order, self.spans.count, keys))
+                sums.append(np.add.reduceat(length, np.arange(0, len(order), BLOCK)))
+            self._epoch_blocks = (epoch, keys, np.cumsum(np.concatenate(sums)))
+        return self._epoch_blocks[1], self._epoch_blocks[2]
+
+    def _block(self, epoch: int, block: int) -> tuple[np.ndarray, np.ndarray]:
+        """(first sample id, start position within the block) of the block's spans in order."""
+        if (epoch, block) not in self._blocks:
+            keys, _ = self._block_ends(epoch)
+            order = np.arange(block * BLOCK, min((block + 1) * BLOCK, self.spans.count))
+            start, length = self.spans.bounds(index_shuffle(order, self.spans.count, keys))
+            self._blocks[(epoch, block)] = (start, np.cumsum(length) - length)
+            while len(self._blocks) > _BLOCK_CACHE:
+                self._blocks.popitem(last=False)
+        self._blocks.move_to_end((epoch, block))
+        return self._blocks[(epoch, block)]
+
+    def _spans_at(self, epoch: int, flat: np.ndarray) -> np.ndarray:
+        """Sample ids at positions of the shuffled span sequence (before the window shuffle)."""
+        _, block_end = self._block_ends(epoch)
+        block = np.searchsorted(block_end, flat, side="right")
+        out = np.empty(len(flat), np.int64)
+        for b in np.unique(block):
+            sel = np.flatnonzero(block == b)
+            local = flat[sel] - (block_end[b - 1] if b else 0)
+            first_id, span_pos = self._block(epoch, int(b))
+            i = np.searchsorted(span_pos, local, side="right") - 1
+            out[sel] = first_id[i] + local - span_pos[i]
+        return out
+
+    def ids_at(self, epoch: int, positions: np.ndarray) -> np.ndarray:
+        """P_e[positions]: the window shuffle, then the span sequence."""
+        pos = np.asarray(positions, dtype=np.int64)
+        if pos.size and (pos.min() < 0 or pos.max() >= self.num_samples):
+            raise IndexError(f"positions outside epoch of {self.num_samples} samples")
+        window = self.shuffle_window
+        if window <= 1:
+            return self._spans_at(epoch, pos)
+        flat = np.empty_like(pos)
+        w_of = pos // window
+        for w in np.unique(w_of):
+            sel = np.flatnonzero(w_of == w)
+            base = int(w) * window
+            size = min(window, self.num_samples - base)
+            flat[sel] = base + index_shuffle(pos[sel] - base, size, (self.seed, epoch, _WINDOW, w))
+        return self._spans_at(epoch, flat)
 
     def permutation(self, epoch: int) -> np.ndarray:
-        if epoch not in self._cache:
-            self._cache = {
-                epoch: epoch_permutation(self.spans, self.seed, epoch, self.shuffle_window)
-            }
-        return self._cache[epoch]
+        """All of P_e (tests and small datasets only: O(samples))."""
+        return self.ids_at(epoch, np.arange(self.num_samples))
 
+    # -- steps, ranks, cursors -----------------------------------------------------------
     def cursor_at(self, step: int) -> Cursor:
         """The cursor before global step `step` (0-based count of completed steps)."""
         epoch, k = divmod(step, self.steps_per_epoch)
@@ -105,25 +206,85 @@ class SamplePlan:
     def global_batch(self, step: int) -> np.ndarray:
         cursor = self.cursor_at(step)
         start = cursor.sample_in_epoch
-        return self.permutation(cursor.epoch)[start : start + self.global_batch_size]
+        return self.ids_at(cursor.epoch, np.arange(start, start + self.global_batch_size))
 
-    def rank_slice(self, step: int, rank: int, world_size: int) -> np.ndarray:
+    def _per_rank(self, world_size: int) -> int:
         if self.global_batch_size % world_size:
             raise ValueError(
                 f"global batch {self.global_batch_size} is not divisible by world size {world_size}"
             )
-        per_rank = self.global_batch_size // world_size
-        return self.global_batch(step)[rank * per_rank : (rank + 1) * per_rank]
+        return self.global_batch_size // world_size
+
+    def rank_slice(self, step: int, rank: int, world_size: int) -> np.ndarray:
+        per_rank = self._per_rank(world_size)
+        cursor = self.cursor_at(step)
+        start = cursor.sample_in_epoch + rank * per_rank
+        return self.ids_at(cursor.epoch, np.arange(start, start + per_rank))
+
+    def iter_rank_work(
+        self, start_step: int, end_step: int, rank: int, world_size: int, steps_at_once: int = 64
+    ) -> Iterator[tuple[np.ndarray, int]]:
+        """(ids, epoch) of each step rank `rank` reads in [start_step, end_step), computed as
+        they are asked for (`steps_at_once` steps per vectorised pass): steps before
+        `start_step` are never touched (O(1) resume), and nothing is held for later steps."""
+        per_rank = self._per_rank(world_size)
+        step = start_step
+        while step < end_step:
+            epoch = step // self.steps_per_epoch
+            stop = min(end_step, step + steps_at_once, (epoch + 1) * self.steps_per_epoch)
+            k = np.arange(step, stop) - epoch * self.steps_per_epoch
+            pos = k[:, None] * self.global_batch_size + rank * per_rank + np.arange(per_rank)
+            for ids in self.ids_at(epoch, pos.reshape(-1)).reshape(len(k), per_rank):
+                yield ids, epoch
+            step = stop
 
     def rank_work(self, start_step: int, end_step: int, rank: int, world_size: int) -> np.ndarray:
-        """Every sample rank `rank` reads for steps [start_step, end_step), in plan order.
-
-        Steps before `start_step` are never touched, so resuming is O(1) in the position.
-        """
-        parts = [self.rank_slice(s, rank, world_size) for s in range(start_step, end_step)]
+        """Every sample rank `rank` reads for steps [start_step, end_step), in plan order."""
+        parts = [ids for ids, _ in self.iter_rank_work(start_step, end_step, rank, world_size)]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     def rank_work_epochs(self, start_step: int, end_step: int, world_size: int) -> np.ndarray:
         """The epoch of every sample in `rank_work(start_step, end_step, ...)`, for keyed augmentation."""
         steps = np.arange(start_step, end_step, dtype=np.int64)
-        return np.repeat(steps // self.steps_per_epoch, self.global_batch_size // world_size)
+        return np.repeat(steps // self.steps_per_epoch, self._per_rank(world_size))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the plan holds (index, per-epoch block ends and cached blocks)."""
+        held = self.spans.nbytes + sum(a.nbytes + b.nbytes for a, b in self._blocks.values())
+        if self._epoch_blocks is not None:
+            held += self._epoch_blocks[1].nbytes + self._epoch_blocks[2].nbytes
+        return held
+
+
+# -- read tasks ----------------------------------------------------------------------------
+def task_size(samples_per_task: int, micro_batch: int) -> int:
+    """Samples per read task: a multiple of the micro-batch, so tasks end on its boundaries."""
+    return max(micro_batch, samples_per_task // micro_batch * micro_batch)
+
+
+def read_tasks(work: np.ndarray, samples_per_task: int, micro_batch: int) -> list[np.ndarray]:
+    """Split a rank's work list into read tasks that end on micro-batch boundaries."""
+    size = task_size(samples_per_task, micro_batch)
+    return [work[i : i + size] for i in range(0, len(work), size)]
+
+
+def cut_tasks(
+    steps: Iterable[tuple[np.ndarray, int]], samples_per_task: int, micro_batch: int
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(ids, epoch per id) read tasks from per-step (ids, epoch) work, cut exactly as
+    `read_tasks` cuts the concatenated work, but holding one task's worth at a time."""
+    size = task_size(samples_per_task, micro_batch)
+    ids: list[np.ndarray] = []
+    epochs: list[np.ndarray] = []
+    held = 0
+    for step_ids, epoch in steps:
+        ids.append(np.asarray(step_ids, np.int64))
+        epochs.append(np.full(len(step_ids), epoch, np.int64))
+        held += len(step_ids)
+        while held >= size:
+            all_ids, all_epochs = np.concatenate(ids), np.concatenate(epochs)
+            yield all_ids[:size], all_epochs[:size]
+            ids, epochs, held = [all_ids[size:]], [all_epochs[size:]], held - size
+    if held:
+        yield np.concatenate(ids), np.concatenate(epochs)

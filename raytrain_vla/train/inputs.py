@@ -15,6 +15,7 @@ from raytrain_vla.config.schema import AugmentConfig
 from raytrain_vla.data.augment import augment_enabled, augment_images
 from raytrain_vla.data.dataset import DatasetView
 from raytrain_vla.data.pipeline import iter_rank_batches
+from raytrain_vla.data.plan import cut_tasks
 from raytrain_vla.models.base import InputProcessor
 from raytrain_vla.train.validate import pad_to_ranks
 
@@ -28,13 +29,12 @@ class ReadTransform:
     """
 
     processor: InputProcessor
-    tasks: np.ndarray  # task string by task_index (object array)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     seed: int = 0
 
     def __call__(self, cols: dict[str, np.ndarray], epochs: np.ndarray) -> dict[str, np.ndarray]:
         cols = dict(cols)
-        cols["task"] = self.tasks[cols.pop("task_index")]
+        cols.pop("task_index", None)  # the read carries the task strings themselves
         hook = None
         if augment_enabled(self.augment):
             ids = cols["sample_id"]
@@ -45,26 +45,19 @@ class ReadTransform:
         return self.processor.encode(cols, hook)
 
 
-def task_array(view: DatasetView) -> np.ndarray:
-    tasks = np.empty(len(view.tasks), dtype=object)
-    tasks[:] = view.tasks
-    return tasks
-
-
 def train_stream(
     cfg: Config, view: DatasetView, processor: InputProcessor, start_step: int, rank: int,
     world: int,
 ) -> Iterator[dict[str, np.ndarray]]:  # fmt: skip
     """This rank's encoded micro-batches from `start_step` on, in plan order."""
-    work = view.plan.rank_work(start_step, cfg.train.steps, rank, world)
+    micro = cfg.train.micro_batch_size
+    steps = view.plan.iter_rank_work(start_step, cfg.train.steps, rank, world)
     return iter_rank_batches(
         view.source,
-        work,
-        cfg.train.micro_batch_size,
-        cfg.data.samples_per_read_task,
-        cfg.data.read_tasks_per_segment,
-        epochs=view.plan.rank_work_epochs(start_step, cfg.train.steps, world),
-        post=ReadTransform(processor, task_array(view), cfg.data.augment, cfg.train.seed),
+        cut_tasks(steps, cfg.data.samples_per_read_task, micro),
+        micro,
+        tasks_per_segment=cfg.data.read_tasks_per_segment,
+        post=ReadTransform(processor, cfg.data.augment, cfg.train.seed),
     )
 
 
@@ -81,7 +74,7 @@ def val_batches(
     w = torch.from_numpy(weight[rank * per_rank : (rank + 1) * per_rank])
     batches = iter_rank_batches(
         view.source, mine, micro, cfg.data.samples_per_read_task,
-        post=ReadTransform(processor, task_array(view)),
+        post=ReadTransform(processor),
     )  # fmt: skip
     return [
         (processor.collate(cols, device), w[i * micro : (i + 1) * micro])

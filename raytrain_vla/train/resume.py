@@ -17,6 +17,7 @@ import yaml
 
 from raytrain_vla.config import Config, recipe_hash, to_dict
 from raytrain_vla.config.loader import RESUMABLE_KEYS
+from raytrain_vla.data.plan import PLAN_VERSION
 from raytrain_vla.errors import NotRetriable
 from raytrain_vla.train.checkpoint import CONFIG
 from raytrain_vla.train.driver_lock import lock_taken_at
@@ -171,6 +172,12 @@ def check_resume(cfg: Config, run_dir: Path, dataset_fingerprint: str) -> Path |
     if state.dataset_fingerprint != dataset_fingerprint:
         problems.append(
             f"dataset fingerprint: {state.dataset_fingerprint!r} -> {dataset_fingerprint!r}"
+        )
+    if state.sample_plan != PLAN_VERSION:
+        problems.append(
+            f"sample plan: version {state.sample_plan} -> {PLAN_VERSION} (this version draws "
+            "another sample order, so resuming would repeat and skip samples; continue from the "
+            f"weights with `python -m raytrain_vla.export {ckpt} OUT` and --model.init_from=OUT)"
         )
     if problems:
         raise ResumeRefused(

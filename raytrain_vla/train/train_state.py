@@ -32,6 +32,8 @@ class TrainState:
     run_name: str
     config_hash: str
     dataset_fingerprint: str
+    # The sample order's algorithm (data/plan.py PLAN_VERSION); checkpoints without it used 1.
+    sample_plan: int = 1
     # Sum and sum of squares (float64) of the parameters left out because they are frozen.
     frozen_params: int = 0
     frozen_checksum: list[float] = field(default_factory=list)

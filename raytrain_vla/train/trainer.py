@@ -164,11 +164,13 @@ class Trainer:
         if (
             state.config_hash != self.config_hash
             or state.dataset_fingerprint != self.view.fingerprint
+            or state.sample_plan != self.view.plan.version
         ):
             raise ValueError(
                 f"checkpoint of run '{state.run_name}' was made with a different recipe or dataset "
                 f"(config hash {state.config_hash} vs {self.config_hash}, dataset "
-                f"{state.dataset_fingerprint} vs {self.view.fingerprint}); use a new ray.run_name"
+                f"{state.dataset_fingerprint} vs {self.view.fingerprint}, sample plan "
+                f"{state.sample_plan} vs {self.view.plan.version}); use a new ray.run_name"
             )
         init_source = f"model.init_from={self.cfg.model.init_from or '(none: seeded init)'}"
         check_frozen(state, self.frozen_sum, init_source)
@@ -276,6 +278,7 @@ class Trainer:
             run_name=cfg.ray.run_name,
             config_hash=self.config_hash,
             dataset_fingerprint=self.view.fingerprint,
+            sample_plan=self.view.plan.version,
             frozen_params=len(self.frozen),
             frozen_checksum=self.frozen_sum,
         )

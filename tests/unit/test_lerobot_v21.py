@@ -100,7 +100,7 @@ def test_open_dataset_items_identical(pairs, name):
 def test_streaming_source_identical(pairs, name):
     a, b = (LeRobotSource(LeRobotMeta.load(r), chunk_size=6) for r in pairs[name])
     assert a.camera_keys == b.camera_keys
-    ids = np.random.default_rng(0).permutation(len(a.state))
+    ids = np.random.default_rng(0).permutation(a.meta.total_frames)
     x, y = a.read(ids), b.read(ids)
     assert x.keys() == y.keys()
     for k in x:

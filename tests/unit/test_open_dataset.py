@@ -84,10 +84,10 @@ def test_source_reads_image_features_like_lerobot():
     """Training's reader streams image features too; camera_keys include them."""
     _, npz = _reference("pusht_like_images")
     meta = LeRobotMeta.load(fixtures_root() / "lerobot_v3" / "pusht_like_images")
-    source = pickle.loads(pickle.dumps(LeRobotSource(meta, chunk_size=10)))  # as Ray ships it
+    source = LeRobotSource(meta, chunk_size=10)
     assert source.camera_keys == [KEY]
     ids = np.array([119, 0, 41, 39, 80])
-    out = source.read(ids)
+    out = pickle.loads(pickle.dumps(source.reader(ids))).read()  # as Ray ships it
     assert out[f"image/{KEY}"].shape == (5, 3, 64, 64) and out[f"image/{KEY}"].dtype == np.uint8
     for row, i in enumerate(ids):
         img = out[f"image/{KEY}"][row].astype(np.float32) / 255

@@ -3,12 +3,17 @@
 import numpy as np
 import pytest
 
-from raytrain_vla.data.plan import Cursor, SamplePlan, build_spans, epoch_permutation
+from raytrain_vla.data.index_shuffle import index_shuffle
+from raytrain_vla.data.plan import BLOCK, Cursor, SamplePlan, Spans, runs_of
 
 
 def _dataset(lengths=(13, 7, 20, 1, 16, 33)):
     episode_of = np.concatenate([np.full(n, e) for e, n in enumerate(lengths)])
     return np.arange(len(episode_of)), episode_of
+
+
+def build_spans(ids, ep, span_len):
+    return Spans(*runs_of(ids, ep), span_len).all()
 
 
 def test_spans_stay_in_one_episode_and_cover_every_sample():
@@ -26,18 +31,75 @@ def test_spans_break_at_gaps_from_held_out_episodes():
     keep = ep != 2
     spans = build_spans(ids[keep], ep[keep], span_len=100)
     assert all(len(set(ep[s])) == 1 for s in spans)
+    assert np.array_equal(np.sort(np.concatenate(spans)), ids[keep])
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 64, 1000, 4097])
+def test_index_shuffle_is_a_keyed_bijection(n):
+    perm = index_shuffle(np.arange(n), n, (3, 1))
+    assert np.array_equal(np.sort(perm), np.arange(n))
+    some = np.arange(0, n, 3)
+    assert np.array_equal(index_shuffle(some, n, (3, 1)), perm[some])  # pointwise = whole
+    if n > 3:
+        assert not np.array_equal(perm, index_shuffle(np.arange(n), n, (3, 2)))
+        assert not np.array_equal(perm, np.arange(n))
+
+
+def test_index_shuffle_is_uniform():
+    """Each of 5 values lands at each position with probability 1/5 over keys."""
+    counts = np.zeros((5, 5))
+    for key in range(1500):
+        counts[np.arange(5), index_shuffle(np.arange(5), 5, (key,))] += 1
+    expected = 1500 / 5
+    assert np.abs(counts - expected).max() < 5 * np.sqrt(expected)  # ~5 sigma
 
 
 @pytest.mark.parametrize("window", [1, 5, 64])
 def test_permutation_is_a_deterministic_permutation(window):
     ids, ep = _dataset()
-    spans = build_spans(ids, ep, 4)
-    p1 = epoch_permutation(spans, seed=3, epoch=1, shuffle_window=window)
-    p2 = epoch_permutation(spans, seed=3, epoch=1, shuffle_window=window)
-    assert np.array_equal(p1, p2)
+
+    def perm(seed, epoch):
+        return SamplePlan(ids, ep, seed, 10, span_len=4, shuffle_window=window).permutation(epoch)
+
+    p1 = perm(3, 1)
+    assert np.array_equal(p1, perm(3, 1))
     assert np.array_equal(np.sort(p1), ids)
-    assert not np.array_equal(p1, epoch_permutation(spans, seed=3, epoch=2, shuffle_window=window))
-    assert not np.array_equal(p1, epoch_permutation(spans, seed=4, epoch=1, shuffle_window=window))
+    assert not np.array_equal(p1, perm(3, 2))
+    assert not np.array_equal(p1, perm(4, 1))
+
+
+def test_without_a_window_shuffle_spans_stay_whole():
+    ids, ep = _dataset()
+    order = SamplePlan(ids, ep, 0, 10, span_len=4, shuffle_window=1).permutation(0)
+    runs = np.split(order, np.flatnonzero(np.diff(order) != 1) + 1)
+    spans = {tuple(s) for s in build_spans(ids, ep, 4)}
+    for run in runs:  # each run of consecutive ids is one or more whole spans
+        pieces = build_spans(run, ep[run], 4)
+        assert all(tuple(p) in spans for p in pieces)
+
+
+def test_a_plan_from_runs_equals_the_plan_from_ids():
+    ids, ep = _dataset()
+    keep = ep != 2
+    a = SamplePlan(ids[keep], ep[keep], 7, 8, span_len=3, shuffle_window=10)
+    starts, lengths = runs_of(ids[keep], ep[keep])
+    b = SamplePlan.from_runs(starts, lengths, 7, 8, span_len=3, shuffle_window=10)
+    for epoch in range(2):
+        assert np.array_equal(a.permutation(epoch), b.permutation(epoch))
+
+
+def test_the_plan_never_holds_an_epoch():
+    """10M samples: a late step's rank slice costs O(runs + spans / BLOCK) bytes, not O(N)."""
+    lengths = np.full(40_000, 250)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    plan = SamplePlan.from_runs(starts, lengths, seed=0, global_batch_size=1024)
+    step = 3 * plan.steps_per_epoch + int(0.9 * plan.steps_per_epoch)
+    ids = plan.rank_slice(step, rank=200, world_size=256)
+    assert len(ids) == 4 and len(set(ids.tolist())) == 4
+    per_sample_array = plan.num_samples * 8
+    assert plan.nbytes < per_sample_array / 40
+    spans = plan.spans.count
+    assert plan.nbytes < plan.spans.nbytes + spans // BLOCK * 8 + 16 * (BLOCK * 16 + 64)
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4, 6, 8])

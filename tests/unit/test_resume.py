@@ -5,6 +5,7 @@ import json
 import pytest
 
 from raytrain_vla.config import load_config, recipe_hash, to_dict
+from raytrain_vla.data.plan import PLAN_VERSION
 from raytrain_vla.train.resume import (
     SNAPSHOT,
     ResumeRefused,
@@ -49,12 +50,13 @@ def register(run_dir, names: list[str]) -> None:
     (run_dir / SNAPSHOT).write_text(json.dumps(snapshot))
 
 
-def make_checkpoint(run_dir, name: str, step: int = 10, cfg=None) -> None:
+def make_checkpoint(run_dir, name: str, step: int = 10, cfg=None, plan=PLAN_VERSION) -> None:
     cfg = cfg or load_config()
     (run_dir / name).mkdir(parents=True)
     state = TrainState(
         step=step, epoch=0, sample_in_epoch=0, samples_seen=step * 64, world_size=2,
         run_name="demo", config_hash=recipe_hash(cfg), dataset_fingerprint="fingerprint",
+        sample_plan=plan,
     )  # fmt: skip
     (run_dir / name / TRAIN_STATE).write_text(json.dumps(state.to_dict()))
 
@@ -107,6 +109,18 @@ def test_resume_is_refused_when_train_steps_is_below_the_checkpoints_step(tmp_pa
         check_resume(cfg, tmp_path, "fingerprint")
     longer = load_config(None, ["--train.steps=80"])
     assert check_resume(longer, tmp_path, "fingerprint") == tmp_path / "checkpoint_1"
+
+
+def test_a_checkpoint_of_an_older_sample_plan_is_refused_naming_the_plan(tmp_path):
+    """Checkpoints written before plan 2 carry no `sample_plan` and read as 1: resuming them
+    under plan 2 would repeat and skip samples, so the driver says so before Ray starts."""
+    make_checkpoint(tmp_path, "checkpoint_1", plan=None)
+    state = json.loads((tmp_path / "checkpoint_1" / TRAIN_STATE).read_text())
+    del state["sample_plan"]
+    (tmp_path / "checkpoint_1" / TRAIN_STATE).write_text(json.dumps(state))
+    register(tmp_path, ["checkpoint_1"])
+    with pytest.raises(ResumeRefused, match=f"sample plan: version 1 -> {PLAN_VERSION}.*init_from"):
+        check_resume(load_config(), tmp_path, "fingerprint")
 
 
 def test_without_a_snapshot_only_uploads_made_since_this_driver_took_the_lock_go(tmp_path):

@@ -114,12 +114,13 @@ def test_read_transform_resizes_then_augments_tokenizes_and_normalises():
     stats["action"] = {"mean": [0.0, 0.0], "std": [1.0, 1.0]}
     config = FlowVLAConfig.from_size("tiny", camera_keys=("cam",), image_size=(8, 8))
     processor = FlowVLAProcessor(config, Normalizer.from_stats(stats, "mean_std"))
-    tasks = np.array(["reach the red disc", "go"], dtype=object)
-    cols = {"sample_id": np.arange(4), "task_index": np.array([0, 1, 1, 0]), **_images()}
+    tasks = np.array(["reach the red disc", "go", "go", "reach the red disc"], dtype=object)
+    cols = {"sample_id": np.arange(4), "task_index": np.array([0, 1, 1, 0]), "task": tasks}
+    cols |= _images()
     cols |= {"state": np.ones((4, 2), np.float32), "actions": np.zeros((4, 8, 2), np.float32)}
     cols["action_is_pad"] = np.zeros((4, 8), bool)
-    plain = ReadTransform(processor, tasks)(cols, np.zeros(4, np.int64))
-    augmented = ReadTransform(processor, tasks, AugmentConfig(brightness=0.1), seed=1)(
+    plain = ReadTransform(processor)(cols, np.zeros(4, np.int64))
+    augmented = ReadTransform(processor, AugmentConfig(brightness=0.1), seed=1)(
         cols, np.zeros(4, np.int64)
     )
     assert plain["image/cam"].shape == (4, 3, 8, 8) and plain["image/cam"].dtype == np.uint8

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -217,10 +217,13 @@ def _load_v30(root: Path, info: dict) -> LeRobotMeta:
     return LeRobotMeta(root, info, tasks, eps, load_stats_json(root))
 
 
-def read_frames_table(meta: LeRobotMeta, columns: Sequence[str]) -> pa.Table:
-    """All frames' `columns` (plus `index`, `episode_index`) in global index order, checked."""
+def iter_frames_tables(
+    meta: LeRobotMeta, columns: Sequence[str]
+) -> Iterator[tuple[Path, np.ndarray, int, pa.Table]]:
+    """(path, episodes, first global index, checked table) per data file, one file at a time,
+    so a caller that keeps nothing holds one file's columns at most."""
     cols = list(dict.fromkeys(["index", "episode_index", *columns]))
-    parts, expect = [], 0
+    expect = 0
     for path, eps in meta.data_files().items():
         table = read_parquet(path, cols, describe_episodes(eps))
         problems = frame_problems(path, table, meta.features, eps, meta.episode_length, expect)
@@ -228,12 +231,18 @@ def read_frames_table(meta: LeRobotMeta, columns: Sequence[str]) -> pa.Table:
             problems = timestamp_problems(path, table, meta.fps)
         if problems:
             raise DatasetError(problems[0])
-        parts.append(table)
+        yield path, eps, expect, table
         expect += table.num_rows
     if expect != meta.total_frames:
         raise DatasetError(
             f"{meta.root / 'data'}: {expect} frames but info.json says {meta.total_frames}"
         )
+
+
+def read_frames_table(meta: LeRobotMeta, columns: Sequence[str]) -> pa.Table:
+    """All frames' `columns` (plus `index`, `episode_index`) in global index order, checked."""
+    parts = [table for *_, table in iter_frames_tables(meta, columns)]
+    cols = list(dict.fromkeys(["index", "episode_index", *columns]))
     return pa.concat_tables(parts) if parts else pa.table({c: [] for c in cols})
 
 

@@ -23,6 +23,7 @@ import os
 import shutil
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
@@ -325,7 +326,8 @@ def _open_shard(path: str) -> tuple[pq.ParquetFile, np.ndarray]:
 
 
 class ShardSource:
-    """Reads samples by id from shards; carries paths and id ranges only, never the data."""
+    """The index of a shards directory; hands each read task a `ShardRead` that names only the
+    shards its samples lie in."""
 
     def __init__(self, root: str | os.PathLike, chunk_size: int):
         self.root = Path(root).expanduser()
@@ -345,23 +347,66 @@ class ShardSource:
         self.first_ids = np.array([e["first_sample_id"] for e in m["shards"]], dtype=np.int64)
         _check_cover(m["shards"], self.num_samples, str(self.root / MANIFEST))
         self.files = [str(shard_path(self.root, e)) for e in m["shards"]]  # absolute: picklable
-        meta = LeRobotMeta.load(self.root)
-        if meta.total_frames != self.num_samples:
+        self.meta = LeRobotMeta.load(self.root)
+        if self.meta.total_frames != self.num_samples:
             raise DatasetError(
                 f"{self.root}: shards.json has {self.num_samples} samples, "
-                f"meta/info.json {meta.total_frames} frames"
+                f"meta/info.json {self.meta.total_frames} frames"
             )
-        self.episode_ends = meta.episode_to_index.astype(np.int64)
+        self.episode_ends = self.meta.episode_to_index.astype(np.int64)
+        self.task_of_string = {t: i for i, t in enumerate(self.meta.tasks)}
 
     @cached_property
     def episode_of(self) -> np.ndarray:
-        """Episode of every sample, rebuilt from meta/ (not pickled: it grows with the data)."""
+        """Episode of every sample (O(samples): tools and tests, never a read task)."""
         return np.repeat(np.arange(len(self.episode_ends)), np.diff(self.episode_ends, prepend=0))
 
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state.pop("episode_of", None)
-        return state
+    def reader(self, sample_ids: np.ndarray) -> ShardRead:
+        ids = np.asarray(sample_ids, dtype=np.int64)
+        bad = ids[(ids < 0) | (ids >= self.num_samples)]
+        if len(bad):
+            raise DatasetError(
+                f"{self.root}: ids {bad[:5].tolist()} not in 0..{self.num_samples - 1}"
+            )
+        shard = np.searchsorted(self.first_ids, ids, side="right") - 1
+        used, local = np.unique(shard, return_inverse=True)
+        tasks = {}
+        for e in np.unique(np.searchsorted(self.episode_ends, ids, side="right")):
+            for t in self.meta.episode_tasks(int(e)):
+                if t in self.task_of_string:
+                    tasks[self.task_of_string[t]] = t
+        return ShardRead(
+            ids=ids,
+            files=[self.files[i] for i in used],
+            first_ids=self.first_ids[used],
+            shard=local.astype(np.int32),
+            chunk_size=self.chunk_size,
+            image_format=self.image_format,
+            cameras=self.cameras,
+            state_dim=self.state_dim,
+            action_dim=self.action_dim,
+            tasks=tasks,
+        )
+
+    def read(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
+        """The same columns, dtypes and values as `LeRobotSource.read(sample_ids)`."""
+        return self.reader(sample_ids).read()
+
+
+@dataclass
+class ShardRead:
+    """Samples of one read task and the shards that hold them."""
+
+    ids: np.ndarray
+    files: list[str]
+    first_ids: np.ndarray
+    shard: np.ndarray  # per sample: index into files
+    chunk_size: int
+    image_format: str
+    cameras: dict[str, tuple[int, int, int]]
+    state_dim: int
+    action_dim: int
+    tasks: dict[int, str]  # task strings of these samples' episodes, by task_index
 
     def _read_rows(self, shard: int, rows: np.ndarray) -> pa.Table:
         """Rows of one shard in the given order, reading only the row groups that hold them."""
@@ -398,19 +443,18 @@ class ShardSource:
                 out[f"image/{key}"] = np.empty((0, *shape), np.uint8)
         return out
 
-    def read(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
-        """The same columns, dtypes and values as `LeRobotSource.read(sample_ids)`."""
-        ids = np.asarray(sample_ids, dtype=np.int64)
-        bad = ids[(ids < 0) | (ids >= self.num_samples)]
-        if len(bad):
-            raise DatasetError(
-                f"{self.root}: ids {bad[:5].tolist()} not in 0..{self.num_samples - 1}"
-            )
-        shard = np.searchsorted(self.first_ids, ids, side="right") - 1
+    def read(self) -> dict[str, np.ndarray]:
+        ids = self.ids
         out: dict[str, np.ndarray] = {}
-        for s in np.unique(shard) if len(ids) else [0]:  # no ids: typed empty columns
-            sel = np.flatnonzero(shard == s)
-            rows = self._read_rows(int(s), ids[sel] - self.first_ids[s])
+        if not len(ids):  # typed empty columns
+            chunk, dims = self.chunk_size, {"state": (self.state_dim,)}
+            dims |= {"actions": (chunk, self.action_dim), "action_is_pad": (chunk,)}
+            out = {k: np.empty((0, *dims.get(k, ())), t) for k, t in {**_SCALARS, **_LISTS}.items()
+                   if k in ("sample_id", "task_index", *dims)}  # fmt: skip
+            out |= {f"image/{k}": np.empty((0, *v), np.uint8) for k, v in self.cameras.items()}
+        for s in range(len(self.files)):
+            sel = np.flatnonzero(self.shard == s)
+            rows = self._read_rows(s, ids[sel] - self.first_ids[s])
             part = self._columns(rows, self.files[s])
             if not np.array_equal(part["sample_id"], ids[sel]):  # cheap guard against bad files
                 raise DatasetError(f"{self.files[s]}: rows disagree with the ids in {MANIFEST}")
@@ -418,4 +462,14 @@ class ShardSource:
                 if key not in out:
                     out[key] = np.empty((len(ids), *value.shape[1:]), dtype=value.dtype)
                 out[key][sel] = value
-        return out
+        task = np.empty(len(ids), dtype=object)
+        for i, t in enumerate(out.get("task_index", np.zeros(0, np.int64)).tolist()):
+            if t not in self.tasks:
+                raise DatasetError(
+                    f"{self.files[self.shard[i]]}: sample {ids[i]} has task_index {t}, not a task "
+                    "of its episode in meta/episodes"
+                )
+            task[i] = self.tasks[t]
+        cameras = {k: v for k, v in out.items() if k.startswith("image/")}
+        low = {k: v for k, v in out.items() if not k.startswith("image/")}
+        return {**low, "task": task, **cameras}
