@@ -14,13 +14,13 @@ It prints one JSON object with every figure and the ratios ours/baseline, ours/r
 resume90/resume0 per variant (targets: >= 5, >= 0.5, <= 1.2). Absolute rates depend on the
 machine and its load; the ratios are the result.
 
-`ours` drives the pipeline exactly as training does (read tasks of 512 samples, 4 per segment;
-the pipeline turns Ray Data's operator resource reservation off, which on a small cluster let
-only one read task run at a time). One more row shows a change proposed for `pipeline.py`:
-`ours_window_tasks` cuts one read task per shuffle window (its samples then cover whole spans,
-so each span is decoded once).
+`ours` drives the pipeline exactly as training does: `rank_read_tasks` with the default
+`DataConfig` (read tasks end on shuffle-window boundaries, at most `samples_per_read_task`
+samples and `read_task_max_mb` of decoded frames, 4 tasks per segment). `ours_fixed_512` is the
+cut used before (fixed 512-sample tasks), side by side. `--realistic` adds a dataset with two
+480x640 h264 cameras whose frames are resized to 224x224 inside the read task.
 
-    python benchmarks/data_throughput.py --num-cpus 2 --epochs 2
+    python benchmarks/data_throughput.py --num-cpus 2 --epochs 2 [--realistic]
 """
 
 from __future__ import annotations
@@ -65,40 +65,49 @@ def _texture(rng: np.random.Generator, size: int) -> np.ndarray:
     return np.clip(img + 110, 0, 255)
 
 
-def render_episode(rng: np.random.Generator, frames: int, size: int) -> EpisodeData:
-    """Two cameras over a panning textured scene with three moving discs and an arm tip."""
+def render_episode(
+    rng: np.random.Generator, frames: int, size: int, width: int | None = None
+) -> EpisodeData:
+    """Two cameras (size x width) over a panning textured scene with three moving discs and an
+    arm tip."""
+    height, width = size, width or size
     t = np.arange(frames, dtype=np.float32)[:, None]
     freq, phase = rng.uniform(0.01, 0.05, (2, 8)), rng.uniform(0, 6.3, (2, 8))
     path = 0.5 + 0.35 * np.sin(freq[0] * t + phase[0])  # (T, 8): x,y of 3 discs + the tip
     path[:, 1::2] = 0.5 + 0.35 * np.cos(freq[1, 1::2] * t + phase[1, 1::2])
     colours = rng.uniform(30, 250, (4, 3))
-    yx = (np.mgrid[0:size, 0:size].astype(np.float32) + 0.5) / size
+    yx = (np.mgrid[0:height, 0:width].astype(np.float32) + 0.5) / [[[height]], [[width]]]
     cams = {}
     for c, key in enumerate(CAMERAS):
-        tex = _texture(rng, 2 * size)
-        pan = (size / 2 * (1 + np.sin(0.02 * (c + 1) * t[:, 0]))).astype(int)  # camera motion
-        img = np.stack([tex[p // 2 : p // 2 + size, p : p + size] for p in pan])
+        tex = _texture(rng, 2 * max(height, width))
+        pan = (height / 2 * (1 + np.sin(0.02 * (c + 1) * t[:, 0]))).astype(int)  # camera motion
+        img = np.stack([tex[p // 2 : p // 2 + height, p : p + width] for p in pan])
         zoom = 1.0 + c  # the wrist camera sees the scene twice as large around the tip
         for d in range(4):
             cx, cy = path[:, 2 * d], path[:, 2 * d + 1]
             if c:
                 cx, cy = 0.5 + (cx - path[:, 6]) * zoom, 0.5 + (cy - path[:, 7]) * zoom
-            dist = (yx[1][None] - cx[:, None, None]) ** 2 + (yx[0][None] - cy[:, None, None]) ** 2
-            img[dist < (0.06 * zoom) ** 2] = colours[d]
+            for i in range(frames):  # one frame at a time: (T, H, W) floats would not fit
+                dist = (yx[1] - cx[i]) ** 2 + (yx[0] - cy[i]) ** 2
+                img[i][dist < (0.06 * zoom) ** 2] = colours[d]
         cams[key] = img.astype(np.uint8)
     state = path[:, 6:8].repeat(3, 1).astype(np.float32)
     action = np.diff(state, axis=0, append=state[-1:]).astype(np.float32)
     return EpisodeData(cams, state, action, TASKS[int(rng.integers(len(TASKS)))])
 
 
-def ensure_dataset(cache: Path, variant: str, episodes: int, frames: int, size: int, fps: int):
+def ensure_dataset(
+    cache: Path, variant: str, episodes: int, frames: int, size: int, fps: int,
+    width: int | None = None,
+):  # fmt: skip
     """The variant's dataset under `cache`, written once (deterministic content, seed 0)."""
-    root = cache / f"{variant}_e{episodes}_f{frames}_s{size}_fps{fps}"
+    shape = f"s{size}" if width is None else f"s{size}x{width}"
+    root = cache / f"{variant}_e{episodes}_f{frames}_{shape}_fps{fps}"
     if (root / "meta" / "info.json").is_file():
         return root
     os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints a banner per file otherwise
     rng = np.random.default_rng(0)
-    eps = [render_episode(rng, frames, size) for _ in range(episodes)]
+    eps = [render_episode(rng, frames, size, width) for _ in range(episodes)]
     spec = DatasetSpec(fps, VARIANTS[variant], robot_type="bench_synthetic")
     return write_lerobot_dataset(root, eps, spec)
 
@@ -189,20 +198,42 @@ def measure_baseline(source, samples: int, batch: int, workers: int) -> dict:
 
 
 class Setup(NamedTuple):
-    """How the pipeline is driven: read-task size and tasks per segment."""
+    """How the pipeline is driven: at most this many samples per read task, tasks per segment,
+    and whether tasks end on shuffle-window boundaries (training's default)."""
 
     samples_per_task: int
     tasks_per_segment: int
+    follow_windows: bool
 
 
-def _run_ours(source, work: np.ndarray, args, setup: Setup, first_only: bool = False):
-    """(samples, seconds to the first batch, seconds in all) for one pass over `work`."""
+class ResizeInTask:
+    """Resizes every camera in the read task (what flow_vla's processor does there)."""
+
+    def __init__(self, size: tuple[int, int] | None):
+        self.size = size
+
+    def __call__(self, cols: dict, epochs: np.ndarray) -> dict:
+        if self.size is None:
+            return cols
+        from raytrain_vla.models.image_ops import resize_images
+
+        images = {k: v for k, v in cols.items() if k.startswith("image/")}
+        cols.pop("task", None)  # strings: not needed downstream here
+        return {**cols, **resize_images(images, self.size)}
+
+
+def _run_ours(source, plan, start: int, end: int, args, setup: Setup, first_only: bool = False):
+    """(samples, seconds to the first batch, seconds in all) for steps [start, end)."""
 
     from raytrain_vla.data.pipeline import iter_rank_batches
+    from raytrain_vla.data.plan import rank_read_tasks
 
+    tasks = rank_read_tasks(plan, start, end, 0, 1, setup.samples_per_task, args.micro_batch,
+                            setup.follow_windows)  # fmt: skip
+    post = ResizeInTask(args.resize)
     n, first, t0, seen = 0, None, time.perf_counter(), []
     for b in iter_rank_batches(
-        source, work, args.micro_batch, setup.samples_per_task, setup.tasks_per_segment
+        source, tasks, args.micro_batch, tasks_per_segment=setup.tasks_per_segment, post=post
     ):
         first = first if first is not None else time.perf_counter() - t0
         n += len(b["sample_id"])
@@ -210,7 +241,9 @@ def _run_ours(source, work: np.ndarray, args, setup: Setup, first_only: bool = F
         if first_only:
             break
     total = time.perf_counter() - t0
-    if not first_only and not np.array_equal(np.concatenate(seen), work):
+    if not first_only and not np.array_equal(
+        np.concatenate(seen), plan.rank_work(start, end, 0, 1)
+    ):
         raise AssertionError("pipeline output is not in plan order")
     return n, first, total
 
@@ -230,8 +263,8 @@ def measure_ours(source, args, setup: Setup) -> dict:
     plan = _plan(source, args)
     steps = args.epochs * plan.steps_per_epoch
     warm = setup.samples_per_task * setup.tasks_per_segment // args.global_batch
-    _run_ours(source, plan.rank_work(steps, steps + warm, 0, 1), args, setup)  # start workers
-    n, first, total = _run_ours(source, plan.rank_work(0, steps, 0, 1), args, setup)
+    _run_ours(source, plan, steps, steps + warm, args, setup)  # start workers
+    n, first, total = _run_ours(source, plan, 0, steps, args, setup)
     return {
         "setup": setup._asdict(),
         "samples": n,
@@ -248,12 +281,11 @@ def measure_resume(source, args, setup: Setup, repeats: int = 5) -> dict:
     out: dict[str, list[float]] = {"0": [], "90": []}
     for _ in range(repeats):
         for name in out:
-            plan = _plan(source, args)  # fresh: the epoch permutation is computed inside the timing
             t0 = time.perf_counter()
+            plan = _plan(source, args)  # fresh: the plan's epoch pass is inside the timing
             start = plan.steps_per_epoch * int(name) // 100
-            work = plan.rank_work(start, start + length, 0, 1)  # the cursor's work list
             planned = time.perf_counter() - t0
-            _, first, _ = _run_ours(source, work, args, setup, first_only=True)
+            _, first, _ = _run_ours(source, plan, start, start + length, args, setup, True)
             out[name].append(planned + first)
     med = {k: statistics.median(v) for k, v in out.items()}
     return {"first_batch_s_at_0": med["0"], "first_batch_s_at_90": med["90"],
@@ -280,19 +312,24 @@ def run_variant(root: Path, args) -> dict:
     """Every measurement on one dataset; `ours` is the pipeline exactly as training drives it."""
     from raytrain_vla.data.formats.lerobot import LeRobotMeta
     from raytrain_vla.data.formats.lerobot_source import LeRobotSource
+    from raytrain_vla.data.plan import capped_task_size
 
     meta = LeRobotMeta.load(root)
     source = LeRobotSource(meta, args.chunk_size)
     info = meta.features[meta.video_keys[0]]["info"]
     out: dict = {"video": {k[6:]: info[k] for k in ("video.codec", "video.g", "video.crf")}}
+    out["video"]["shape"] = list(meta.camera_shape(meta.video_keys[0]))
     out["raw"] = raw = measure_raw(meta)
     out["baseline"] = base = measure_baseline(
         source, args.baseline_samples, args.micro_batch, args.num_cpus
     )
-    setups = {"ours": Setup(args.samples_per_task, args.tasks_per_segment)}
-    if args.proposed:  # what the proposed pipeline changes would give (see the module doc)
-        window = DataConfig().shuffle_window  # one rank's share of a shuffle window (W=1)
-        setups["ours_window_tasks"] = Setup(window, args.num_cpus)
+    sample_bytes = sum(int(np.prod(meta.camera_shape(k))) for k in meta.camera_keys)
+    cfg = DataConfig()
+    cap = capped_task_size(cfg.samples_per_read_task, cfg.read_task_max_mb, sample_bytes,
+                           args.micro_batch)  # fmt: skip
+    setups = {"ours": Setup(cap, cfg.read_tasks_per_segment, cfg.read_tasks_follow_windows)}
+    if args.previous:  # the cut before window-aligned tasks were the default
+        setups["ours_fixed_512"] = Setup(512, 4, False)
     for name, setup in setups.items():
         ours = measure_ours(source, args, setup)
         resume = measure_resume(source, args, setup)
@@ -322,15 +359,20 @@ def main() -> None:
     p.add_argument("--global-batch", type=int, default=64)
     p.add_argument("--micro-batch", type=int, default=32)
     p.add_argument("--chunk-size", type=int, default=8)
-    p.add_argument("--samples-per-task", type=int, default=512)
-    p.add_argument("--tasks-per-segment", type=int, default=4)
     p.add_argument(
-        "--no-proposed",
-        dest="proposed",
+        "--realistic",
+        action="store_true",
+        help="also 2 cameras at 480x640 (h264), resized to 224 in the read task",
+    )
+    p.add_argument("--realistic-episodes", type=int, default=20)
+    p.add_argument(
+        "--no-previous",
+        dest="previous",
         action="store_false",
-        help="skip the runs with the proposed pipeline settings",
+        help="skip the side-by-side run with the previous cut (fixed 512 samples)",
     )
     args = p.parse_args()
+    args.resize = None
 
     import ray
 
@@ -340,12 +382,18 @@ def main() -> None:
         v: ensure_dataset(cache, v, args.episodes, args.frames, args.size, args.fps)
         for v in variants
     }
+    if args.realistic:
+        roots["h264_480x640"] = ensure_dataset(
+            cache, "h264", args.realistic_episodes, args.frames, 480, args.fps, width=640
+        )
+        variants.append("h264_480x640")
     ray.init(address="local", num_cpus=args.num_cpus, include_dashboard=False,
              log_to_driver=False, configure_logging=False)  # fmt: skip
     try:
         result = {"config": {**vars(args), "cameras": list(CAMERAS), "cpu_count": os.cpu_count(),
                              "load_avg_at_start": os.getloadavg()[0]}}  # fmt: skip
         for v in variants:
+            args.resize = (224, 224) if v == "h264_480x640" else None
             result[v] = run_variant(roots[v], args)
         result["config"]["load_avg_at_end"] = os.getloadavg()[0]
         result["summary"] = {v: _summary(result[v]) for v in variants}

@@ -272,6 +272,7 @@ def validate(cfg: Config) -> None:
     positive += ["train.max_consecutive_skipped_updates"]
     positive += ["data.val_max_samples", "data.span_len", "data.shuffle_window"]
     positive += ["data.samples_per_read_task", "data.read_tasks_per_segment", "ray.num_to_keep"]
+    positive += ["data.read_task_max_mb"]
     for key in positive:
         if _get(cfg, key) <= 0:
             raise ConfigError(
@@ -454,6 +455,8 @@ RESUMABLE_KEYS = (
     "data.write_demo_if_missing",
     "data.read_tasks_per_segment",
     "data.samples_per_read_task",
+    "data.read_tasks_follow_windows",
+    "data.read_task_max_mb",
     "data.val_max_samples",
 )
 

@@ -58,7 +58,14 @@ class DataConfig:
     # Resize camera images to [H, W] for the model; empty keeps the dataset's resolution.
     image_size: list[int] = field(default_factory=list)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
-    samples_per_read_task: int = 512  # Ray Data: samples decoded per read task
+    # Ray Data: at most this many samples per read task. Tasks also end where the plan's
+    # shuffle window changes (see read_tasks_follow_windows) and at read_task_max_mb.
+    samples_per_read_task: int = 2048
+    # Cut read tasks on shuffle-window boundaries, so each task decodes the spans of one
+    # window together (fewer GOPs decoded twice); the order of samples is the same either way.
+    read_tasks_follow_windows: bool = True
+    # Cap on the decoded frames one read task holds (all cameras, before any resize), in MiB.
+    read_task_max_mb: int = 256
     # Read tasks per segment: decode parallelism and look-ahead (one segment is decoded ahead
     # while the loop consumes the current one).
     read_tasks_per_segment: int = 4

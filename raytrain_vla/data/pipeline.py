@@ -16,6 +16,7 @@ nodes. A segment never hits backpressure, so its executor waits on tasks instead
 from __future__ import annotations
 
 import logging
+import pickle
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
@@ -67,8 +68,8 @@ def _configure_context() -> None:
 
 def _read_fn(post: Postprocess | None):
     def read(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        (request,) = batch["read"]
-        cols = request.read()
+        (blob,) = batch["read"]
+        cols = pickle.loads(blob).read()
         if post is not None:
             cols = post(cols, np.asarray(batch["epochs"][0], dtype=np.int64))
         return cols
@@ -83,7 +84,9 @@ def _materialize(
     post: Postprocess | None,
 ) -> ray.data.Dataset:
     _configure_context()
-    items = [{"read": source.reader(ids), "epochs": epochs} for ids, epochs in tasks]
+    # Pickled here: Arrow stores the bytes as they are (a Python object column would be pickled
+    # anyway, after a conversion attempt and a warning per process).
+    items = [{"read": pickle.dumps(source.reader(ids)), "epochs": epochs} for ids, epochs in tasks]
     ds = ray.data.from_items(items, override_num_blocks=len(items))
     ds = ds.map_batches(_read_fn(post), batch_size=1, num_cpus=num_cpus, zero_copy_batch=True)
     return ds.materialize()

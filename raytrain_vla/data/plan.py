@@ -238,6 +238,18 @@ class SamplePlan:
                 yield ids, epoch
             step = stop
 
+    def window_groups(
+        self, start_step: int, end_step: int, rank: int, world_size: int
+    ) -> Iterator[tuple[int, int]]:
+        """(epoch, shuffle window) where each step's rank slice starts: read tasks cut on these
+        hold samples of one window, i.e. of the few spans it shuffles, so a task decodes each
+        of those spans' frames together instead of several tasks decoding the same GOPs."""
+        per_rank = self._per_rank(world_size)
+        window = max(self.shuffle_window, 1)
+        for step in range(start_step, end_step):
+            epoch, k = divmod(step, self.steps_per_epoch)
+            yield epoch, (k * self.global_batch_size + rank * per_rank) // window
+
     def rank_work(self, start_step: int, end_step: int, rank: int, world_size: int) -> np.ndarray:
         """Every sample rank `rank` reads for steps [start_step, end_step), in plan order."""
         parts = [ids for ids, _ in self.iter_rank_work(start_step, end_step, rank, world_size)]
@@ -263,6 +275,13 @@ def task_size(samples_per_task: int, micro_batch: int) -> int:
     return max(micro_batch, samples_per_task // micro_batch * micro_batch)
 
 
+def capped_task_size(max_samples: int, max_mb: int, sample_bytes: int, micro_batch: int) -> int:
+    """`max_samples`, lowered so a task's decoded frames (`sample_bytes` a sample) stay within
+    `max_mb` MiB; whole micro-batches, at least one."""
+    fit = max_mb * 2**20 // max(sample_bytes, 1) // micro_batch * micro_batch
+    return max(micro_batch, min(max_samples, fit))
+
+
 def read_tasks(work: np.ndarray, samples_per_task: int, micro_batch: int) -> list[np.ndarray]:
     """Split a rank's work list into read tasks that end on micro-batch boundaries."""
     size = task_size(samples_per_task, micro_batch)
@@ -270,15 +289,28 @@ def read_tasks(work: np.ndarray, samples_per_task: int, micro_batch: int) -> lis
 
 
 def cut_tasks(
-    steps: Iterable[tuple[np.ndarray, int]], samples_per_task: int, micro_batch: int
+    steps: Iterable[tuple[np.ndarray, int]],
+    samples_per_task: int,
+    micro_batch: int,
+    groups: Iterable[object] | None = None,
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(ids, epoch per id) read tasks from per-step (ids, epoch) work, cut exactly as
-    `read_tasks` cuts the concatenated work, but holding one task's worth at a time."""
+    `read_tasks` cuts the concatenated work, but holding one task's worth at a time.
+
+    With `groups` (one key per step), a task also ends where the key changes, so that a task
+    holds one group's samples (see `SamplePlan.window_groups`).
+    """
     size = task_size(samples_per_task, micro_batch)
     ids: list[np.ndarray] = []
     epochs: list[np.ndarray] = []
-    held = 0
+    held, current = 0, None
+    keys = iter(groups) if groups is not None else None
     for step_ids, epoch in steps:
+        key = next(keys) if keys is not None else None
+        if held and key != current:
+            yield np.concatenate(ids), np.concatenate(epochs)
+            ids, epochs, held = [], [], 0
+        current = key
         ids.append(np.asarray(step_ids, np.int64))
         epochs.append(np.full(len(step_ids), epoch, np.int64))
         held += len(step_ids)
@@ -288,3 +320,16 @@ def cut_tasks(
             ids, epochs, held = [all_ids[size:]], [all_epochs[size:]], held - size
     if held:
         yield np.concatenate(ids), np.concatenate(epochs)
+
+
+def rank_read_tasks(
+    plan: SamplePlan, start_step: int, end_step: int, rank: int, world_size: int,
+    max_samples: int, micro_batch: int, follow_windows: bool = True,
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:  # fmt: skip
+    """The rank's read tasks for steps [start_step, end_step) as training cuts them: at most
+    `max_samples` each, ending on micro-batch boundaries and, when `follow_windows` and a
+    shuffle window spans at least one global batch, where the step's window changes."""
+    steps = plan.iter_rank_work(start_step, end_step, rank, world_size)
+    follow = follow_windows and plan.shuffle_window >= plan.global_batch_size
+    groups = plan.window_groups(start_step, end_step, rank, world_size) if follow else None
+    return cut_tasks(steps, max_samples, micro_batch, groups)

@@ -15,7 +15,8 @@ from raytrain_vla.config.schema import AugmentConfig
 from raytrain_vla.data.augment import augment_enabled, augment_images
 from raytrain_vla.data.dataset import DatasetView
 from raytrain_vla.data.pipeline import iter_rank_batches
-from raytrain_vla.data.plan import cut_tasks
+from raytrain_vla.data.plan import capped_task_size, rank_read_tasks
+from raytrain_vla.data.spec import DataSpec
 from raytrain_vla.models.base import InputProcessor
 from raytrain_vla.train.validate import pad_to_ranks
 
@@ -45,16 +46,29 @@ class ReadTransform:
         return self.processor.encode(cols, hook)
 
 
+def samples_per_task(cfg: Config, spec: DataSpec) -> int:
+    """`data.samples_per_read_task`, lowered so a task's decoded frames stay within
+    `data.read_task_max_mb` (whole micro-batches, at least one)."""
+    sample_bytes = sum(c * h * w for c, h, w in spec.camera_shapes.values())
+    return capped_task_size(
+        cfg.data.samples_per_read_task, cfg.data.read_task_max_mb, sample_bytes,
+        cfg.train.micro_batch_size,
+    )  # fmt: skip
+
+
 def train_stream(
     cfg: Config, view: DatasetView, processor: InputProcessor, start_step: int, rank: int,
     world: int,
 ) -> Iterator[dict[str, np.ndarray]]:  # fmt: skip
     """This rank's encoded micro-batches from `start_step` on, in plan order."""
     micro = cfg.train.micro_batch_size
-    steps = view.plan.iter_rank_work(start_step, cfg.train.steps, rank, world)
+    tasks = rank_read_tasks(
+        view.plan, start_step, cfg.train.steps, rank, world, samples_per_task(cfg, view.spec),
+        micro, cfg.data.read_tasks_follow_windows,
+    )  # fmt: skip
     return iter_rank_batches(
         view.source,
-        cut_tasks(steps, cfg.data.samples_per_read_task, micro),
+        tasks,
         micro,
         tasks_per_segment=cfg.data.read_tasks_per_segment,
         post=ReadTransform(processor, cfg.data.augment, cfg.train.seed),
@@ -73,7 +87,7 @@ def val_batches(
     mine = ids[rank * per_rank : (rank + 1) * per_rank]
     w = torch.from_numpy(weight[rank * per_rank : (rank + 1) * per_rank])
     batches = iter_rank_batches(
-        view.source, mine, micro, cfg.data.samples_per_read_task,
+        view.source, mine, micro, samples_per_task(cfg, view.spec),
         post=ReadTransform(processor),
     )  # fmt: skip
     return [

@@ -69,3 +69,37 @@ def test_tasks_cut_step_by_step_equal_tasks_cut_from_the_whole_work(micro, per_t
     ):
         np.testing.assert_array_equal(ids, want)
         np.testing.assert_array_equal(ep, want_ep)
+
+
+@pytest.mark.parametrize("world, start", [(1, 0), (2, 0), (4, 37), (8, 5)])
+def test_window_tasks_keep_the_order_and_hold_one_window_each(world, start):
+    lengths = np.full(40, 50)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    plan = SamplePlan.from_runs(starts, lengths, seed=1, global_batch_size=64, shuffle_window=256)
+    end = start + 2 * plan.steps_per_epoch
+    groups = plan.window_groups(start, end, 0, world)
+    tasks = list(cut_tasks(plan.iter_rank_work(start, end, 0, world), 10_000, 4, groups))
+    np.testing.assert_array_equal(
+        np.concatenate([ids for ids, _ in tasks]), plan.rank_work(start, end, 0, world)
+    )
+    for ids, epochs in tasks:
+        assert len(set(epochs.tolist())) == 1
+        perm = plan.permutation(int(epochs[0]))
+        windows = {int(np.flatnonzero(perm == i)[0]) // 256 for i in ids}
+        assert len(windows) <= 2  # a rank slice can straddle a window edge, nothing more
+    per_window = 256 // world
+    assert max(len(ids) for ids, _ in tasks) <= per_window + 64 // world
+
+
+def test_a_read_task_is_capped_by_its_decoded_bytes():
+    from raytrain_vla.config import load_config
+    from raytrain_vla.data.spec import DataSpec
+    from raytrain_vla.train.inputs import samples_per_task
+
+    spec = DataSpec(camera_shapes={"a": (3, 480, 640), "b": (3, 480, 640)}, state_dim=6,
+                    action_dim=6, chunk_size=8)  # fmt: skip
+    cfg = load_config(None, ["--data.read_task_max_mb=100", "--train.micro_batch_size=8"])
+    n = samples_per_task(cfg, spec)
+    assert n % 8 == 0 and n * 2 * 3 * 480 * 640 <= 100 * 2**20 < (n + 8) * 2 * 3 * 480 * 640
+    small = DataSpec(camera_shapes={"a": (3, 96, 96)}, state_dim=6, action_dim=6, chunk_size=8)
+    assert samples_per_task(cfg, small) == cfg.data.samples_per_read_task
