@@ -386,8 +386,9 @@ def check_batch_layout(global_batch: int, micro_batch: int, world_size: int) -> 
     return global_batch // (world_size * micro_batch)
 
 
-def resolve_data_root(data: DataConfig) -> Path:
-    """`demo`, a `repo_id` in the local LeRobot cache, or the path as typed (made absolute)."""
+def resolve_data_root(data: DataConfig) -> Path | str:
+    """`demo`, a `repo_id` in the local LeRobot cache, an object-store URI as typed, or the
+    path as typed (made absolute)."""
     if data.repo_id:
         if data.root not in (locate.DEMO, str(locate.demo_root(*locate.DEMO_DEFAULTS))):
             raise ConfigError(
@@ -403,17 +404,19 @@ def resolve_data_root(data: DataConfig) -> Path:
         return locate.repo_root(data.repo_id)
     if data.root == locate.DEMO:
         return locate.demo_root(data.demo_episodes, data.demo_seed)
+    if locate.is_uri(data.root):
+        return data.root.rstrip("/")
     return Path(data.root).expanduser().resolve()
 
 
 def absolute_paths(cfg: Config) -> Config:
     """Resolve local paths where the user typed them: Ray workers run in their own directories."""
-    for key, value in (("ray.storage_path", cfg.ray.storage_path), ("data.root", cfg.data.root)):
-        if "://" in value:
-            raise ConfigError(
-                f"'{key}': {value!r} is a URI; metrics, exports and datasets are read and written as "
-                "files, so use a path every node mounts (NFS/EFS, or the bucket mounted with a FUSE driver)"
-            )
+    if "://" in cfg.ray.storage_path:
+        raise ConfigError(
+            f"'ray.storage_path': {cfg.ray.storage_path!r} is a URI; checkpoints, metrics and "
+            "exports are written as files for now, so use a path every node mounts (NFS/EFS, "
+            "or the bucket mounted with a FUSE driver). data.root may be a URI."
+        )
     cfg.ray.storage_path = str(Path(cfg.ray.storage_path).expanduser().resolve())
     cfg.data.root = str(resolve_data_root(cfg.data))
     if cfg.model.init_from:

@@ -19,6 +19,7 @@ from raytrain_vla.data.formats.lerobot import (
     dataset_fingerprint,
 )
 from raytrain_vla.data.formats.lerobot_source import LeRobotSource
+from raytrain_vla.data.formats.location import as_path
 from raytrain_vla.data.formats.shards import MANIFEST, ShardSource
 from raytrain_vla.data.normalize import Normalizer
 from raytrain_vla.data.plan import SamplePlan
@@ -27,7 +28,7 @@ from raytrain_vla.data.spec import DataSpec
 
 def root_fingerprint(root: str | Path) -> str:
     """The fingerprint a run records for `data.root`; shards report their source dataset's."""
-    root = Path(root)
+    root = as_path(root)
     manifest = root / MANIFEST
     if manifest.is_file():
         return str(json.loads(manifest.read_text())["source_fingerprint"])
@@ -73,7 +74,7 @@ class DatasetView:
 
     @classmethod
     def open(cls, cfg: DataConfig, seed: int, global_batch_size: int) -> DatasetView:
-        root = Path(cfg.root).expanduser()
+        root = as_path(cfg.root)
         meta = LeRobotMeta.load(root)
         if (root / MANIFEST).is_file():  # precomputed shards (formats/shards.py), same samples
             source: LeRobotSource | ShardSource = ShardSource(root, cfg.chunk_size)

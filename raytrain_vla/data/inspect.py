@@ -15,7 +15,6 @@ import av
 import av.error
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from raytrain_vla.data.formats.frame_checks import (
     describe_episodes,
@@ -24,6 +23,7 @@ from raytrain_vla.data.formats.frame_checks import (
 )
 from raytrain_vla.data.formats.images import decode_images
 from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta
+from raytrain_vla.data.formats.location import open_container, read_schema_names, read_table
 from raytrain_vla.progress import progress
 
 REQUIRED = ("timestamp", "frame_index", "episode_index", "index", "task_index")
@@ -103,13 +103,13 @@ def _data_file_problems(meta: LeRobotMeta, path: Path, eps: np.ndarray) -> list[
     if not path.is_file():
         return [f"{path}: missing data file; in {where}"]
     try:
-        present = set(pq.read_schema(path).names)
+        present = set(read_schema_names(path))
     except (OSError, pa.ArrowException) as e:
         return [f"{path}: unreadable parquet file ({e}); in {where}"]
     wanted = [k for k, f in meta.features.items() if f["dtype"] not in ("video", "image")]
     out = [f"{path}: missing column {k!r}; in {where}" for k in wanted if k not in present]
     try:
-        table = pq.read_table(path, columns=[k for k in wanted if k in present])
+        table = read_table(path, [k for k in wanted if k in present])
     except (OSError, pa.ArrowException) as e:
         return out + [f"{path}: unreadable parquet file ({e}); in {where}"]
     if {"index", "episode_index"} <= set(table.column_names):
@@ -136,7 +136,7 @@ def _image_problems(
 ) -> list[str]:
     """Decode the first image of each episode: present, decodable, the size info.json says."""
     try:
-        cells = pq.read_table(path, columns=[key])[key].take(rows)
+        cells = read_table(path, [key])[key].take(rows)
         imgs = decode_images(cells, f"{path}: feature {key!r}", eps, meta.root)
     except (OSError, pa.ArrowException, KeyError) as e:
         return [f"{path}: cannot read image column {key!r} ({e}); in {describe_episodes(eps)}"]
@@ -179,7 +179,7 @@ def _video_problems(meta: LeRobotMeta, key: str) -> list[str]:
 
 def _video_end(path: Path) -> tuple[float, tuple[int, int]]:
     """(time of the last decodable frame, (H, W)), decoding only from the last keyframe on."""
-    with av.open(str(path)) as container:
+    with open_container(path) as container:
         if not container.streams.video:
             raise ValueError("no video stream")
         stream = container.streams.video[0]

@@ -3,17 +3,31 @@
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import ray
 from _runs import short_run_args
 from ray.cluster_utils import Cluster
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from s3_server import S3Server  # noqa: E402
+
 from raytrain_vla.data.demo import write_demo_dataset
 
 
 @pytest.fixture(scope="session")
-def ray_cluster():
+def s3_server():
+    """An S3-compatible server on 127.0.0.1 for the object-store tests. Started before the Ray
+    cluster, whose processes then inherit its AWS_* variables as nodes inherit theirs."""
+    server = S3Server().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(s3_server):
     """A head node with logical CPUs beyond the 2 training workers, so Ray Data never starves.
 
     It is a `Cluster` so the elastic tests can add and remove nodes; teardown stops only the

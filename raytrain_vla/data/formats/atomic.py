@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from raytrain_vla.data.formats.location import as_path, is_uri
+
 
 def refuse_non_empty(target: Path) -> None:
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
@@ -65,6 +67,9 @@ def replacing_directory(target: Path) -> Iterator[Path]:
 def write_text_atomic(path: Path, text: str) -> None:
     """Replace `path` with `text` in one step, durably: a crash leaves the old file or the new
     one, never a truncated mix (checkpoint sidecars, exports, stats)."""
+    if is_uri(path):  # an object-store PUT replaces the object in one step already
+        as_path(path).write_text(text)
+        return
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from raytrain_vla.data.formats.frame_checks import describe_episodes
 from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta
 from raytrain_vla.data.formats.lerobot_common import inside_root
+from raytrain_vla.data.formats.location import as_path
 
 _MAGIC = ((b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "mjpeg"))
 
@@ -64,7 +65,7 @@ def decode_images(
             path = (
                 Path(cell["path"])
                 if root is None
-                else inside_root(Path(root), cell["path"], f"{at}: image path")
+                else inside_root(as_path(root), cell["path"], f"{at}: image path")
             )
             try:
                 data = path.read_bytes()

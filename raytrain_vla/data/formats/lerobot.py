@@ -10,10 +10,9 @@ because a silent mismatch between metadata and data would corrupt training quiet
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 import pyarrow as pa
@@ -34,6 +33,7 @@ from raytrain_vla.data.formats.lerobot_common import (
     read_parquet,
 )
 from raytrain_vla.data.formats.lerobot_v21 import load_v21
+from raytrain_vla.data.formats.location import as_path, sizes_under
 
 __all__ = ["ACTION", "STATE", "DatasetError", "LeRobotMeta", "column_to_numpy", "read_frames_table"]
 
@@ -57,7 +57,7 @@ class LeRobotMeta:
 
     @classmethod
     def load(cls, root: str | Path) -> LeRobotMeta:
-        root = Path(root)
+        root = as_path(root)
         info_path = root / "meta" / "info.json"
         info = read_json(info_path, "LeRobot dataset info (fps, features, ...)")
         missing = [k for k in _INFO_KEYS if k not in info]
@@ -263,25 +263,16 @@ def dataset_fingerprint(meta: LeRobotMeta) -> str:
     --local-dir` keeps) are skipped. A dataset with only meta/, data/ and videos/ keeps the
     fingerprint earlier versions gave it, so existing runs still resume."""
     h = hashlib.sha256()
-    files = _visible_files(meta.root)
+    sizes = sizes_under(meta.root)
+    files = sorted(PurePosixPath(p) for p in sizes)
     for path in (p for p in files if p.parts[0] == "meta"):
         h.update(str(path).encode())
-        h.update((meta.root / path).read_bytes())
+        h.update((meta.root / str(path)).read_bytes())
     for top in ("data", "videos", None):
         for path in files:
             if path.parts[0] == top or (top is None and path.parts[0] not in _KNOWN_TOPS):
-                h.update(f"{path}:{(meta.root / path).stat().st_size}".encode())
+                h.update(f"{path}:{sizes[str(path)]}".encode())
     return h.hexdigest()[:16]
 
 
 _KNOWN_TOPS = ("meta", "data", "videos")
-
-
-def _visible_files(root: Path) -> list[Path]:
-    """Every non-hidden file under `root`, relative and sorted."""
-    out = []
-    for directory, subdirs, names in os.walk(root):
-        subdirs[:] = [d for d in subdirs if not d.startswith(".")]
-        base = Path(directory).relative_to(root)
-        out += [base / n for n in names if not n.startswith(".")]
-    return sorted(out)

@@ -8,14 +8,13 @@ dispatches to it.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from raytrain_vla.data.formats.location import join_inside, read_schema_names, read_table
 from raytrain_vla.errors import NotRetriable
 
 
@@ -27,15 +26,15 @@ def inside_root(root: Path, relative: str, where: str) -> Path:
     """`root / relative`, refused when it resolves outside `root`. Lexically: symlinks out of the
     root (the Hugging Face cache links snapshots to blobs) are the user's choice; a `..` or an
     absolute path in a file the dataset ships is not."""
-    path = Path(os.path.normpath(Path(root) / relative))
-    if not path.is_relative_to(os.path.normpath(root)):
+    path, inside = join_inside(root, relative)
+    if not inside:
         raise DatasetError(f"{where}: {relative!r} names {path}, outside the dataset root {root}")
     return path
 
 
 def read_json(path: Path, what: str) -> dict:
     try:
-        with open(path) as f:
+        with path.open() as f:
             out = json.load(f)
     except FileNotFoundError:
         raise DatasetError(f"{path}: missing; expected {what}") from None
@@ -51,11 +50,11 @@ def read_parquet(path: Path, columns: Sequence[str] | None = None, where: str = 
     at = f"; in {where}" if where else ""
     try:
         if columns is not None:
-            present = set(pq.read_schema(path).names)
+            present = set(read_schema_names(path))
             missing = [c for c in columns if c not in present]
             if missing:
                 raise DatasetError(f"{path}: missing column(s) {missing}{at}")
-        return pq.read_table(path, columns=list(columns) if columns is not None else None)
+        return read_table(path, list(columns) if columns is not None else None)
     except DatasetError:
         raise
     except FileNotFoundError:

@@ -24,6 +24,7 @@ from raytrain_vla.data.formats.lerobot import (
     LeRobotMeta,
     iter_frames_tables,
 )
+from raytrain_vla.data.formats.location import as_path
 from raytrain_vla.data.formats.row_groups import read_rows
 from raytrain_vla.data.formats.video import VideoDecodeError, decode_frames
 
@@ -69,7 +70,7 @@ class LeRobotSource:
             names = [str(meta.video_file(key, e)) for e in range(meta.num_episodes)]
             paths = sorted(set(names))
             for path in paths if checked_files else []:  # at open: not inside a read task
-                if not Path(path).is_file():
+                if not as_path(path).is_file():
                     raise DatasetError(
                         f"{path}: video file missing; feature '{key}', episode {names.index(path)}"
                     )
@@ -204,7 +205,7 @@ class LeRobotRead:
                 cells = read_rows(path, self.row[sel], list(self.image_shapes), raw=True)
                 for key, shape in self.image_shapes.items():
                     where = f"{path}: feature {key!r}"
-                    imgs = decode_images(cells[key], where, self.episodes[sel], Path(self.root))
+                    imgs = decode_images(cells[key], where, self.episodes[sel], as_path(self.root))
                     if imgs.shape[1:3] != shape[1:]:
                         raise DatasetError(
                             f"{where}: images are {imgs.shape[1:3]}, info.json says "

@@ -8,15 +8,14 @@ are read but never cached: they are large and each is decoded once.
 
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from raytrain_vla.data.formats.lerobot_common import DatasetError
+from raytrain_vla.data.formats.location import file_key, parquet_file
 
 CACHE_BYTES = 256 << 20  # decoded low-dimensional row groups kept per process
 _FILES: OrderedDict[tuple, np.ndarray] = OrderedDict()  # (path, mtime, size) -> group starts
@@ -25,15 +24,10 @@ _cached_bytes = 0
 _stats = {"hits": 0, "misses": 0}
 
 
-def _file_key(path: str) -> tuple:
-    st = os.stat(path)
-    return (path, st.st_mtime_ns, st.st_size)
-
-
 def _group_starts(key: tuple) -> np.ndarray:
     if key not in _FILES:
         try:
-            md = pq.ParquetFile(key[0]).metadata
+            md = parquet_file(key[0]).metadata
         except (OSError, pa.ArrowException) as e:
             raise DatasetError(f"{key[0]}: unreadable parquet file ({e})") from e
         sizes = [md.row_group(g).num_rows for g in range(md.num_row_groups)]
@@ -63,7 +57,7 @@ def to_numpy(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
 
 def _read_groups(path: str, groups: list[int], columns: list[str]) -> pa.Table:
     try:
-        return pq.ParquetFile(path).read_row_groups(groups, columns=columns)
+        return parquet_file(path).read_row_groups(groups, columns=columns)
     except (OSError, pa.ArrowException, KeyError) as e:
         raise DatasetError(f"{path}: cannot read columns {columns} ({e})") from e
 
@@ -91,7 +85,7 @@ def read_rows(
     """`columns` at `rows` (any order, repeats allowed): numpy arrays, or arrow arrays when
     `raw` (image cells, uncached)."""
     rows = np.asarray(rows, dtype=np.int64)
-    key = _file_key(path)
+    key = file_key(path)
     starts = _group_starts(key)
     if len(rows) and (rows.min() < 0 or rows.max() >= starts[-1]):
         raise DatasetError(f"{path}: rows outside 0..{starts[-1] - 1}; the file changed?")

@@ -42,6 +42,7 @@ from raytrain_vla.data.formats.lerobot import (
 )
 from raytrain_vla.data.formats.lerobot_common import inside_root
 from raytrain_vla.data.formats.lerobot_source import LeRobotSource
+from raytrain_vla.data.formats.location import is_uri
 
 MANIFEST = "shards.json"
 # 2 dropped version 1's `task_tokens` column (the model's processor tokenizes at read time);
@@ -228,6 +229,8 @@ def convert_to_shards(
     `use_ray=False` writes the shards in this process (unit tests); otherwise each shard is a
     Ray Data task, joining the running Ray or starting a local one. Returns the manifest.
     """
+    _refuse_uri(root, "convert")
+    _refuse_uri(out, "convert")
     root, out = Path(root).expanduser(), Path(out).expanduser()
     if image_format not in IMAGE_FORMATS:
         raise DatasetError(f"image format {image_format!r} is not one of {IMAGE_FORMATS}")
@@ -258,6 +261,14 @@ def convert_to_shards(
         manifest = build_manifest(meta, cameras, chunk_size, image_format, entries, row_group_size)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
+
+
+def _refuse_uri(root: str | os.PathLike, what: str) -> None:
+    if is_uri(str(root)):
+        raise DatasetError(
+            f"{root}: shards are read and written on local or mounted paths only for now; "
+            f"{what} from a path, or train on the LeRobot dataset in object storage directly"
+        )
 
 
 def _check_cover(shards: list[dict], n: int, where: str) -> None:
@@ -330,6 +341,7 @@ class ShardSource:
     shards its samples lie in."""
 
     def __init__(self, root: str | os.PathLike, chunk_size: int):
+        _refuse_uri(root, "train on shards")
         self.root = Path(root).expanduser()
         m = load_manifest(self.root)
         if int(m["chunk_size"]) != chunk_size:

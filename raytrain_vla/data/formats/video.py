@@ -27,6 +27,7 @@ import av.error
 import numpy as np
 from av.video.reformatter import VideoReformatter
 
+from raytrain_vla.data.formats.location import as_path, file_key, is_remote, open_container
 from raytrain_vla.errors import NotRetriable
 
 # Settings chosen for small synthetic frames: near-lossless colour, cheap random access
@@ -102,11 +103,11 @@ def decode_frames(
     `tolerance_s` defaults to half a frame period; a timestamp whose nearest frame is further
     away (e.g. past the end of the video) raises VideoDecodeError.
     """
-    path = Path(path)
+    path = as_path(path)
     query = np.asarray(timestamps, dtype=np.float64).reshape(-1)
     if not np.isfinite(query).all():
         raise VideoDecodeError(f"{path}: non-finite timestamp requested")
-    if not path.is_file():
+    if not is_remote(path) and not path.is_file():  # remote: the open below says so
         raise VideoDecodeError(f"{path}: video file not found")
     if backend == "torchcodec":
         frames, found, fps = _decode_torchcodec(path, query)
@@ -131,7 +132,7 @@ def _decode_pyav(path: Path, query: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     """Index-planned decode; returns (frames in query order, matched frame times, stream fps)."""
     wanted = np.unique(query)  # sorted, no repeats
     try:
-        with av.open(str(path)) as container:
+        with open_container(path) as container:
             if not container.streams.video:
                 raise VideoDecodeError(f"{path}: no video stream")
             stream = container.streams.video[0]
@@ -181,8 +182,7 @@ def _frame_index(container, stream, path: Path, from_packets: bool) -> _FrameInd
 
     Cached per process by (path, size, mtime): a worker reads the same files task after task.
     """
-    st = path.stat()
-    cache_key = (str(path), st.st_size, st.st_mtime_ns, from_packets)
+    cache_key = (*file_key(path), from_packets)
     if cache_key in _INDEX_CACHE:
         _INDEX_CACHE.move_to_end(cache_key)
         return _INDEX_CACHE[cache_key]

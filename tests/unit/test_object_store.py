@@ -1,0 +1,91 @@
+"""A LeRobot dataset on an S3-compatible server reads exactly as the same files on disk.
+
+The server is moto's, on 127.0.0.1, reached through the AWS environment variables; the reads
+are real HTTP range requests by s3fs and pyarrow.
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _paths import fixtures_root
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from s3_server import S3Server  # noqa: E402
+
+from raytrain_vla.data.formats.lerobot import (  # noqa: E402
+    DatasetError,
+    LeRobotMeta,
+    dataset_fingerprint,
+)
+from raytrain_vla.data.formats.lerobot_source import LeRobotSource  # noqa: E402
+
+NAMES = ("pusht_like", "pusht_like_images")
+
+
+@pytest.fixture(scope="module")
+def s3():
+    server = S3Server().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def copies(s3):
+    local = {n: fixtures_root() / "lerobot_v3" / n for n in NAMES}
+    return {n: (local[n], s3.upload(local[n], n)) for n in NAMES}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_dataset_on_s3_reads_as_on_disk(copies, name):
+    local, uri = copies[name]
+    a, b = LeRobotMeta.load(local), LeRobotMeta.load(uri)
+    assert str(b.root) == uri and b.tasks == a.tasks and b.fps == a.fps
+    for key in a.episodes:
+        np.testing.assert_array_equal(a.episodes[key], b.episodes[key])
+    # the same files give the same fingerprint: a run may move its data to a bucket and resume
+    assert dataset_fingerprint(b) == dataset_fingerprint(a)
+    ids = np.array([119, 0, 41, 39, 80, 41])
+    want = LeRobotSource(a, chunk_size=10).read(ids)
+    got = LeRobotSource(b, chunk_size=10).read(ids)
+    assert list(got) == list(want)
+    for key in want:
+        np.testing.assert_array_equal(got[key], want[key])
+
+
+def test_a_missing_dataset_on_s3_names_the_uri(s3):
+    uri = "s3://raytrain-vla-test/nothing-here"
+    with pytest.raises(DatasetError, match=f"{uri}/meta/info.json: missing"):
+        LeRobotMeta.load(uri)
+
+
+def test_a_video_missing_on_s3_is_named_at_open(copies, s3):
+    import s3fs
+
+    local, uri = copies["pusht_like"]
+    broken = s3.upload(local, "broken")
+    video = next(
+        p for p in s3fs.S3FileSystem().find(broken.removeprefix("s3://")) if p.endswith(".mp4")
+    )
+    s3fs.S3FileSystem().rm(video)
+    with pytest.raises(DatasetError, match="video file missing"):
+        LeRobotSource(LeRobotMeta.load(broken), chunk_size=10)
+
+
+def test_a_uri_data_root_is_kept_as_typed_and_a_uri_storage_path_is_refused():
+    from raytrain_vla.config import ConfigError, absolute_paths, load_config
+
+    cfg = absolute_paths(load_config(None, ["--data.root=s3://bucket/datasets/arm/"]))
+    assert cfg.data.root == "s3://bucket/datasets/arm"
+    with pytest.raises(ConfigError, match="'ray.storage_path'.*is a URI.*data.root may be a URI"):
+        absolute_paths(load_config(None, ["--ray.storage_path=s3://bucket/runs"]))
+
+
+def test_shards_on_object_storage_are_refused_with_the_way_out():
+    from raytrain_vla.data.formats.shards import ShardSource, convert_to_shards
+
+    with pytest.raises(DatasetError, match="s3://b/shards: shards are read and written on local"):
+        ShardSource("s3://b/shards", 8)
+    with pytest.raises(DatasetError, match="train on the LeRobot dataset in object storage"):
+        convert_to_shards("s3://b/ds", "/tmp/never-written")
