@@ -18,7 +18,8 @@ machine and its load; the ratios are the result.
 `DataConfig` (read tasks end on shuffle-window boundaries, at most `samples_per_read_task`
 samples and `read_task_max_mb` of decoded frames, 4 tasks per segment). `ours_fixed_512` is the
 cut used before (fixed 512-sample tasks), side by side. `--realistic` adds a dataset with two
-480x640 h264 cameras whose frames are resized to 224x224 inside the read task.
+480x640 h264 cameras whose frames are resized to 224x224 inside the read task. `--s3` serves
+the same files from a local S3 server (moto) and adds `ours_s3` with its ratio to `ours`.
 
     python benchmarks/data_throughput.py --num-cpus 2 --epochs 2 [--realistic]
 """
@@ -29,6 +30,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -308,8 +310,9 @@ def _ratios(ours: dict, base: dict, raw: dict, resume: dict) -> dict:
     return r
 
 
-def run_variant(root: Path, args) -> dict:
-    """Every measurement on one dataset; `ours` is the pipeline exactly as training drives it."""
+def run_variant(root: Path, args, uri: str | None = None) -> dict:
+    """Every measurement on one dataset; `ours` is the pipeline exactly as training drives it.
+    With `uri` (the same files on an S3 server), `ours_s3` reads them from there."""
     from raytrain_vla.data.formats.lerobot import LeRobotMeta
     from raytrain_vla.data.formats.lerobot_source import LeRobotSource
     from raytrain_vla.data.plan import capped_task_size
@@ -334,6 +337,14 @@ def run_variant(root: Path, args) -> dict:
         ours = measure_ours(source, args, setup)
         resume = measure_resume(source, args, setup)
         out[name] = {**ours, "resume": resume, "ratios": _ratios(ours, base, raw, resume)}
+    if uri is not None:
+        remote = LeRobotSource(LeRobotMeta.load(uri), args.chunk_size)
+        ours = measure_ours(remote, args, setups["ours"])
+        resume = measure_resume(remote, args, setups["ours"])
+        out["ours_s3"] = {**ours, "resume": resume, "ratios": _ratios(ours, base, raw, resume)}
+        out["ours_s3"]["ratios"]["s3_over_local"] = (
+            ours["samples_per_s"] / out["ours"]["samples_per_s"]
+        )
     return out
 
 
@@ -387,6 +398,14 @@ def main() -> None:
             cache, "h264", args.realistic_episodes, args.frames, 480, args.fps, width=640
         )
         variants.append("h264_480x640")
+    uris: dict[str, str] = {}
+    server = None
+    if args.s3:  # before Ray starts: its workers inherit the server's AWS_* variables
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        from s3_server import S3Server
+
+        server = S3Server().start()
+        uris = {v: server.upload(roots[v], f"bench/{roots[v].name}") for v in variants}
     ray.init(address="local", num_cpus=args.num_cpus, include_dashboard=False,
              log_to_driver=False, configure_logging=False)  # fmt: skip
     try:
@@ -394,11 +413,13 @@ def main() -> None:
                              "load_avg_at_start": os.getloadavg()[0]}}  # fmt: skip
         for v in variants:
             args.resize = (224, 224) if v == "h264_480x640" else None
-            result[v] = run_variant(roots[v], args)
+            result[v] = run_variant(roots[v], args, uris.get(v))
         result["config"]["load_avg_at_end"] = os.getloadavg()[0]
         result["summary"] = {v: _summary(result[v]) for v in variants}
     finally:
         ray.shutdown()
+        if server is not None:
+            server.stop()
     print(json.dumps(result, indent=2))
 
 

@@ -278,6 +278,11 @@ def validate(cfg: Config) -> None:
             raise ConfigError(
                 f"bad value for '{key}': {_get(cfg, key)}, expected a positive integer"
             )
+    if not cfg.data.cache_max_gb >= 0:  # also NaN
+        raise ConfigError(
+            f"bad value for 'data.cache_max_gb': {cfg.data.cache_max_gb}, expected GiB >= 0 "
+            "(0 turns the object-store cache off)"
+        )
     fraction = cfg.data.val_fraction  # explicit `val_episodes` win over it
     if not 0.0 <= fraction < 1.0 or (fraction == 0.0 and not cfg.data.val_episodes):
         raise ConfigError(
@@ -460,6 +465,8 @@ RESUMABLE_KEYS = (
     "data.samples_per_read_task",
     "data.read_tasks_follow_windows",
     "data.read_task_max_mb",
+    "data.cache_dir",
+    "data.cache_max_gb",
     "data.val_max_samples",
 )
 

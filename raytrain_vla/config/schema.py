@@ -66,6 +66,12 @@ class DataConfig:
     read_tasks_follow_windows: bool = True
     # Cap on the decoded frames one read task holds (all cameras, before any resize), in MiB.
     read_task_max_mb: int = 256
+    # Object storage (data.root=s3://...): each node keeps whole video files here, shared by
+    # its processes, so read tasks that use the same file download it once.
+    cache_dir: str = "~/.cache/raytrain_vla/object_cache"
+    # Size of that cache per node, in GiB (least recently used files go first); 0 = no cache,
+    # every read is by byte range.
+    cache_max_gb: float = 20.0
     # Read tasks per segment: decode parallelism and look-ahead (one segment is decoded ahead
     # while the loop consumes the current one).
     read_tasks_per_segment: int = 4

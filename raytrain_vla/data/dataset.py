@@ -19,7 +19,8 @@ from raytrain_vla.data.formats.lerobot import (
     dataset_fingerprint,
 )
 from raytrain_vla.data.formats.lerobot_source import LeRobotSource
-from raytrain_vla.data.formats.location import as_path
+from raytrain_vla.data.formats.location import as_path, is_remote
+from raytrain_vla.data.formats.object_cache import CacheConfig
 from raytrain_vla.data.formats.shards import MANIFEST, ShardSource
 from raytrain_vla.data.normalize import Normalizer
 from raytrain_vla.data.plan import SamplePlan
@@ -80,6 +81,8 @@ class DatasetView:
             source: LeRobotSource | ShardSource = ShardSource(root, cfg.chunk_size)
         else:
             source = LeRobotSource(meta, cfg.chunk_size)
+            if is_remote(root):
+                source.cache = CacheConfig.from_gb(cfg.cache_dir, cfg.cache_max_gb)
         val_eps = split_episodes(meta.num_episodes, cfg.val_fraction, cfg.val_episodes)
         is_val = np.isin(np.arange(meta.num_episodes), val_eps)
         first, length = meta.episode_from_index.astype(np.int64), meta.episode_length

@@ -20,6 +20,7 @@ from raytrain_vla.data.formats.lerobot import (  # noqa: E402
     dataset_fingerprint,
 )
 from raytrain_vla.data.formats.lerobot_source import LeRobotSource  # noqa: E402
+from raytrain_vla.data.formats.location import as_path  # noqa: E402
 
 NAMES = ("pusht_like", "pusht_like_images")
 
@@ -89,3 +90,53 @@ def test_shards_on_object_storage_are_refused_with_the_way_out():
         ShardSource("s3://b/shards", 8)
     with pytest.raises(DatasetError, match="train on the LeRobot dataset in object storage"):
         convert_to_shards("s3://b/ds", "/tmp/never-written")
+
+
+def test_the_node_cache_downloads_a_video_once_and_stays_within_its_size(copies, tmp_path):
+    from raytrain_vla.data.formats.object_cache import CacheConfig, cache_stats
+    from raytrain_vla.data.formats.video import decode_frames
+
+    local, uri = copies["pusht_like"]
+    meta = LeRobotMeta.load(uri)
+    key = meta.video_keys[0]
+    video = str(meta.video_file(key, 0))
+    size = as_path(video).stat().st_size
+    cache = CacheConfig(str(tmp_path / "cache"), max_bytes=3 * size)
+    want = decode_frames(str(LeRobotMeta.load(local).video_file(key, 0)), [0.0, 0.5, 1.0])
+    before = cache_stats()
+    for _ in range(3):
+        np.testing.assert_array_equal(decode_frames(video, [0.0, 0.5, 1.0], cache=cache), want)
+    after = cache_stats()
+    assert after["misses"] - before["misses"] == 1 and after["hits"] - before["hits"] == 2
+    assert after["bytes_downloaded"] - before["bytes_downloaded"] == size
+    # more files than fit: the least recently used go, the cache stays within its size
+    small = CacheConfig(str(tmp_path / "small"), max_bytes=int(2.5 * size))
+    for name in ("c1", "c2", "c3"):
+        copy = s3_copy_of(copies, name)
+        decode_frames(str(LeRobotMeta.load(copy).video_file(key, 0)), [0.0], cache=small)
+    held = [p for p in (tmp_path / "small").iterdir() if not p.name.startswith(".")]
+    assert len(held) == 2 and sum(p.stat().st_size for p in held) <= small.max_bytes
+    # a file larger than half the cache is read by byte range, not copied
+    tiny = CacheConfig(str(tmp_path / "tiny"), max_bytes=size)
+    bypassed = cache_stats()["bypassed"]
+    decode_frames(video, [0.0], cache=tiny)
+    assert cache_stats()["bypassed"] == bypassed + 1 and not (tmp_path / "tiny").exists()
+
+
+def s3_copy_of(copies, name: str) -> str:
+    """Another object with the same bytes (a different key, so a different cache entry)."""
+    import s3fs
+
+    _, uri = copies["pusht_like"]
+    fs = s3fs.S3FileSystem()
+    src, dst = uri.removeprefix("s3://"), f"raytrain-vla-test/{name}"
+    if not fs.exists(dst):
+        fs.copy(src, dst, recursive=True)
+    return f"s3://{dst}"
+
+
+def test_a_negative_cache_size_is_refused():
+    from raytrain_vla.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="'data.cache_max_gb': -1.0, expected GiB >= 0"):
+        load_config(None, ["--data.cache_max_gb=-1"])

@@ -25,6 +25,7 @@ from raytrain_vla.data.formats.lerobot import (
     iter_frames_tables,
 )
 from raytrain_vla.data.formats.location import as_path
+from raytrain_vla.data.formats.object_cache import CacheConfig
 from raytrain_vla.data.formats.row_groups import read_rows
 from raytrain_vla.data.formats.video import VideoDecodeError, decode_frames
 
@@ -48,6 +49,7 @@ class LeRobotSource:
         self.camera_keys = meta.camera_keys  # video and image features, in info.json order
         self.image_shapes = {k: meta.camera_shape(k) for k in meta.image_keys}
         self.task_of_string = {t: i for i, t in enumerate(meta.tasks)}
+        self.cache: CacheConfig | None = None  # node-local copies of remote videos (DatasetView)
         self.episode_start = meta.episode_from_index.astype(np.int64)
         self.episode_end = meta.episode_to_index.astype(np.int64)
         files = meta.data_files()
@@ -136,6 +138,7 @@ class LeRobotSource:
             state_dim=self.meta.state_dim,
             action_dim=self.meta.action_dim,
             root=str(self.meta.root),
+            cache=self.cache,
         )
 
     def read(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
@@ -169,6 +172,7 @@ class LeRobotRead:
     state_dim: int
     action_dim: int
     root: str
+    cache: CacheConfig | None = None
 
     def read(self) -> dict[str, np.ndarray]:
         out, timestamp, images = self.read_rows()
@@ -241,7 +245,7 @@ class LeRobotRead:
         for f, path in enumerate(refs.paths):
             sel = np.flatnonzero(refs.file == f)
             try:
-                decoded = decode_frames(path, times[sel])
+                decoded = decode_frames(path, times[sel], cache=self.cache)
             except VideoDecodeError as e:
                 raise VideoDecodeError(
                     f"{e}; feature {key!r}, {describe_episodes(self.episodes[sel])}"

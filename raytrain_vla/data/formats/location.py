@@ -79,11 +79,23 @@ def open_binary(path: DataPath | str) -> IO[bytes] | str:
 
 
 @contextmanager
-def open_container(path: DataPath | str) -> Iterator[Any]:
-    """`av.open` on a local path or a ranged remote file, closing both afterwards."""
+def open_container(path: DataPath | str, cache: Any = None) -> Iterator[Any]:
+    """`av.open` on a local path, a node-local copy of a remote file (`cache`, an
+    object_cache.CacheConfig), or a ranged remote file; closes what it opened."""
     import av
 
-    source = open_binary(path)
+    from raytrain_vla.data.formats.object_cache import local_copy
+
+    source: Any = None
+    if cache is not None and is_remote(path):
+        copy = local_copy(as_path(path), file_key(path), cache)
+        if copy is not None:
+            try:
+                source = open(copy, "rb")  # held open: a concurrent eviction cannot take it
+            except FileNotFoundError:
+                source = None
+    if source is None:
+        source = open_binary(path)
     try:
         with av.open(source) as container:
             yield container

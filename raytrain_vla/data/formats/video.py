@@ -28,6 +28,7 @@ import numpy as np
 from av.video.reformatter import VideoReformatter
 
 from raytrain_vla.data.formats.location import as_path, file_key, is_remote, open_container
+from raytrain_vla.data.formats.object_cache import CacheConfig
 from raytrain_vla.errors import NotRetriable
 
 # Settings chosen for small synthetic frames: near-lossless colour, cheap random access
@@ -97,11 +98,13 @@ def decode_frames(
     timestamps: Sequence[float],
     tolerance_s: float | None = None,
     backend: str = "pyav",
+    cache: CacheConfig | None = None,
 ) -> np.ndarray:
     """Frames (N, H, W, 3) uint8 nearest to `timestamps` (seconds, any order, repeats allowed).
 
     `tolerance_s` defaults to half a frame period; a timestamp whose nearest frame is further
-    away (e.g. past the end of the video) raises VideoDecodeError.
+    away (e.g. past the end of the video) raises VideoDecodeError. `cache` keeps a remote file
+    on the node's disk (`object_cache`).
     """
     path = as_path(path)
     query = np.asarray(timestamps, dtype=np.float64).reshape(-1)
@@ -112,7 +115,7 @@ def decode_frames(
     if backend == "torchcodec":
         frames, found, fps = _decode_torchcodec(path, query)
     elif backend == "pyav":
-        frames, found, fps = _decode_pyav(path, query)
+        frames, found, fps = _decode_pyav(path, query, cache)
     else:
         raise ValueError(f"unknown video backend {backend!r}; expected 'pyav' or 'torchcodec'")
     if tolerance_s is None:
@@ -128,11 +131,13 @@ def decode_frames(
     return frames
 
 
-def _decode_pyav(path: Path, query: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+def _decode_pyav(
+    path: Path, query: np.ndarray, cache: CacheConfig | None = None
+) -> tuple[np.ndarray, np.ndarray, float]:
     """Index-planned decode; returns (frames in query order, matched frame times, stream fps)."""
     wanted = np.unique(query)  # sorted, no repeats
     try:
-        with open_container(path) as container:
+        with open_container(path, cache) as container:
             if not container.streams.video:
                 raise VideoDecodeError(f"{path}: no video stream")
             stream = container.streams.video[0]
