@@ -17,11 +17,11 @@ machine and its load; the ratios are the result.
 `ours` drives the pipeline exactly as training does: `rank_read_tasks` with the default
 `DataConfig` (read tasks end on shuffle-window boundaries, at most `samples_per_read_task`
 samples and `read_task_max_mb` of decoded frames, 4 tasks per segment). `ours_fixed_512` is the
-cut used before (fixed 512-sample tasks), side by side. `--realistic` adds a dataset with two
-480x640 h264 cameras whose frames are resized to 224x224 inside the read task. `--s3` serves
+cut used before (fixed 512-sample tasks), side by side. `--realistic av1,h264` adds datasets
+with two 480x640 cameras whose frames are resized to 224x224 in the read task. `--s3` serves
 the same files from a local S3 server (moto) and adds `ours_s3` with its ratio to `ours`.
 
-    python benchmarks/data_throughput.py --num-cpus 2 --epochs 2 [--realistic]
+    python benchmarks/data_throughput.py --num-cpus 2 --epochs 2 [--realistic av1,h264] [--s3]
 """
 
 from __future__ import annotations
@@ -393,11 +393,11 @@ def main() -> None:
         v: ensure_dataset(cache, v, args.episodes, args.frames, args.size, args.fps)
         for v in variants
     }
-    if args.realistic:
-        roots["h264_480x640"] = ensure_dataset(
-            cache, "h264", args.realistic_episodes, args.frames, 480, args.fps, width=640
+    for codec in args.realistic.split(",") if args.realistic else []:
+        roots[f"{codec}_480x640"] = ensure_dataset(
+            cache, codec, args.realistic_episodes, args.frames, 480, args.fps, width=640
         )
-        variants.append("h264_480x640")
+        variants.append(f"{codec}_480x640")
     uris: dict[str, str] = {}
     server = None
     if args.s3:  # before Ray starts: its workers inherit the server's AWS_* variables
@@ -412,7 +412,7 @@ def main() -> None:
         result = {"config": {**vars(args), "cameras": list(CAMERAS), "cpu_count": os.cpu_count(),
                              "load_avg_at_start": os.getloadavg()[0]}}  # fmt: skip
         for v in variants:
-            args.resize = (224, 224) if v == "h264_480x640" else None
+            args.resize = (224, 224) if v.endswith("_480x640") else None
             result[v] = run_variant(roots[v], args, uris.get(v))
         result["config"]["load_avg_at_end"] = os.getloadavg()[0]
         result["summary"] = {v: _summary(result[v]) for v in variants}
