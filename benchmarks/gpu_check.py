@@ -117,7 +117,7 @@ def grad_check(view: DatasetView, device: str, tmp: Path, size: str) -> dict:
     gpus = torch.cuda.device_count() if device == "cuda" else 0
     # Two nccl ranks cannot share one GPU; then one rank still runs every FSDP2 collective.
     world = 2 if device == "cpu" else min(2, gpus)
-    ids = view.plan.sample_ids[:8]
+    ids = view.plan.first_ids(8)
     batch_path = tmp / "grad_batch.pt"
     torch.save(_batch(view, ids, "cpu"), batch_path)
     config = _config(view, size).to_dict()
@@ -163,7 +163,7 @@ def plain_loop(view, size, micro: int, steps: int, device, bf16: bool) -> dict:
     model = _build(_config(view, size).to_dict()).to(device)
     fused = device.type == "cuda"
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused)
-    batch = _batch(view, view.plan.sample_ids[:micro], device)
+    batch = _batch(view, view.plan.first_ids(micro), device)
     ids = batch["sample_ids"].tolist()
     noise, t = flow_noise_and_time(0, 0, ids, model.noise_shape)
     noise, t = noise.to(device), t.to(device)
@@ -280,7 +280,7 @@ def main() -> None:
         report["micro_batch"] = micro
         torch.manual_seed(0)
         counter_model = _build(_config(view, size).to_dict()).to(device)
-        batch = _batch(view, view.plan.sample_ids[: min(micro, 16)], device)
+        batch = _batch(view, view.plan.first_ids(min(micro, 16)), device)
         flops = training_flops_per_sample(counter_model, batch)
         del counter_model
         peak = peak_tflops(device, "bf16")

@@ -186,6 +186,16 @@ class SamplePlan:
             flat[sel] = base + index_shuffle(pos[sel] - base, size, (self.seed, epoch, _WINDOW, w))
         return self._spans_at(epoch, flat)
 
+    def first_ids(self, n: int) -> np.ndarray:
+        """The first `n` training sample ids in id order (tools and benchmarks)."""
+        parts, left = [], n
+        for start, length in zip(self.spans.run_start, self.spans.run_length, strict=True):
+            if left <= 0:
+                break
+            parts.append(np.arange(start, start + min(length, left)))
+            left -= parts[-1].size
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
     def permutation(self, epoch: int) -> np.ndarray:
         """All of P_e (tests and small datasets only: O(samples))."""
         return self.ids_at(epoch, np.arange(self.num_samples))

@@ -185,3 +185,11 @@ def test_resuming_from_any_cursor_continues_the_exact_sequence():
             np.array_equal(resumed.global_batch(start + k), full[step + k])
             for k in range(30 - step)
         )
+
+
+def test_first_ids_are_the_training_ids_in_order():
+    ids, ep = _dataset()
+    keep = ep != 1
+    plan = SamplePlan(ids[keep], ep[keep], seed=0, global_batch_size=4)
+    np.testing.assert_array_equal(plan.first_ids(20), ids[keep][:20])
+    assert len(plan.first_ids(10_000)) == keep.sum()
