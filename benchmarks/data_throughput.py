@@ -372,8 +372,14 @@ def main() -> None:
     p.add_argument("--chunk-size", type=int, default=8)
     p.add_argument(
         "--realistic",
+        default="",
+        metavar="CODECS",
+        help="also these codecs (e.g. av1,h264) at 2 x 480x640, resized to 224 in the task",
+    )
+    p.add_argument(
+        "--s3",
         action="store_true",
-        help="also 2 cameras at 480x640 (h264), resized to 224 in the read task",
+        help="also read the same files from a local S3 server (moto, from .[dev])",
     )
     p.add_argument("--realistic-episodes", type=int, default=20)
     p.add_argument(
