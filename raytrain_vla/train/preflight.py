@@ -15,6 +15,8 @@ from typing import Literal
 import numpy as np
 
 from raytrain_vla.config import Config
+from raytrain_vla.config.data_root import is_uri
+from raytrain_vla.config.schema import DataConfig
 from raytrain_vla.data.formats.lerobot import LeRobotMeta
 from raytrain_vla.data.inspect import quick_problems
 from raytrain_vla.models.base import InputBudget
@@ -36,6 +38,21 @@ class Finding:
         return f"{self.level}: {self.message}"
 
 
+def _unused_data_findings(cfg: Config) -> list[Finding]:
+    """Settings that have no effect on this run, said rather than silently dropped."""
+    data, default = cfg.data, DataConfig()
+    out = []
+    cache_set = (data.cache_dir, data.cache_max_gb) != (default.cache_dir, default.cache_max_gb)
+    if cache_set and not is_uri(data.root):
+        out.append(Finding("warning", "data.cache_dir/data.cache_max_gb have no effect: they "
+                           f"cache object-store files, and data.root {data.root} is local"))  # fmt: skip
+    plan_g = cfg.train.global_batch_size
+    if data.read_tasks_follow_windows and data.shuffle_window < plan_g:
+        out.append(Finding("note", f"read tasks do not follow shuffle windows: data.shuffle_window "
+                           f"{data.shuffle_window} is below one global batch ({plan_g})"))  # fmt: skip
+    return out
+
+
 def preflight(cfg: Config) -> list[Finding]:
     """Every finding for this config on its dataset (the dataset must exist)."""
     meta = LeRobotMeta.load(cfg.data.root)
@@ -49,6 +66,7 @@ def preflight(cfg: Config) -> list[Finding]:
         findings += _image_token_findings(cfg, meta, budget)
         findings += _text_findings(cfg, meta, budget)
     findings += _episode_findings(cfg, meta)
+    findings += _unused_data_findings(cfg)
     if cfg.eval.episodes > 0 and not is_demo_dataset(cfg.data.root):
         findings.append(
             Finding(

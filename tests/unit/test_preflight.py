@@ -115,3 +115,12 @@ def test_the_preflight_command_prints_every_finding_and_exits_1_on_errors(arm, c
     assert "0 error(s)" in capsys.readouterr().out
     assert data_cli(["preflight", str(arm), "--train.stepz=3"]) == 2
     assert "unknown key 'train.stepz'" in capsys.readouterr().err
+
+
+def test_settings_that_cannot_apply_are_said_not_dropped(arm):
+    quiet = findings(arm, *FITS)
+    assert not any("cache" in w or "shuffle windows" in w for w in quiet["warning"] + quiet["note"])
+    found = findings(arm, *FITS, "--data.cache_max_gb=5")
+    assert any("data.cache_dir/data.cache_max_gb have no effect" in w for w in found["warning"])
+    small = findings(arm, *FITS, "--data.shuffle_window=8")
+    assert any("read tasks do not follow shuffle windows" in n for n in small["note"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path, PurePosixPath
 
 import numpy as np
@@ -153,6 +154,19 @@ class LeRobotMeta:
 
     def episode_tasks(self, episode: int) -> list[str]:
         return list(self.episodes["tasks"][episode])
+
+    @cached_property
+    def task_index_of(self) -> dict[str, int]:
+        return {t: i for i, t in enumerate(self.tasks)}
+
+    def tasks_of_episodes(self, episodes: np.ndarray) -> dict[int, str]:
+        """{task_index: task} of every task these episodes list: all a read task may meet."""
+        out = {}
+        for e in np.unique(episodes):
+            for t in self.episode_tasks(int(e)):
+                if t in self.task_index_of:
+                    out[self.task_index_of[t]] = t
+        return out
 
     def _path(self, template: str, **fields) -> Path:
         """A file the dataset names, never outside its root."""

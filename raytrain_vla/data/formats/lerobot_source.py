@@ -48,7 +48,6 @@ class LeRobotSource:
         self.chunk_size = chunk_size
         self.camera_keys = meta.camera_keys  # video and image features, in info.json order
         self.image_shapes = {k: meta.camera_shape(k) for k in meta.image_keys}
-        self.task_of_string = {t: i for i, t in enumerate(meta.tasks)}
         self.cache: CacheConfig | None = None  # node-local copies of remote videos (DatasetView)
         self.episode_start = meta.episode_from_index.astype(np.int64)
         self.episode_end = meta.episode_to_index.astype(np.int64)
@@ -89,7 +88,7 @@ class LeRobotSource:
             np.stack([table["episode_index"].to_numpy(), table["task_index"].to_numpy()], 1), axis=0
         )
         for episode, task in pairs.tolist():
-            listed = {self.task_of_string.get(t) for t in self.meta.episode_tasks(episode)}
+            listed = self.meta.tasks_of_episodes(np.array([episode]))
             if task not in listed:
                 raise DatasetError(
                     f"{path}: frames of episode {episode} have task_index {task}, which is not "
@@ -118,11 +117,6 @@ class LeRobotSource:
             videos[key] = VideoRefs(
                 [paths[i] for i in v_used], v_local.astype(np.int32), self.video_offset[key][eps]
             )
-        tasks = {}
-        for e in np.unique(eps):
-            for t in self.meta.episode_tasks(int(e)):
-                if t in self.task_of_string:
-                    tasks[self.task_of_string[t]] = t
         return LeRobotRead(
             ids=ids,
             episodes=eps,
@@ -134,7 +128,7 @@ class LeRobotSource:
             videos=videos,
             image_shapes=self.image_shapes,
             camera_keys=self.camera_keys,
-            tasks=tasks,
+            tasks=self.meta.tasks_of_episodes(eps),
             state_dim=self.meta.state_dim,
             action_dim=self.meta.action_dim,
             root=str(self.meta.root),

@@ -19,14 +19,15 @@ from typing import IO, Any
 import pyarrow.parquet as pq
 from upath import UPath
 
+from raytrain_vla.config import data_root
+
 DataPath = Path | UPath  # a local Path or a UPath on an object store
 RANGE_BLOCK_BYTES = 4 << 20  # bytes a remote read fetches at a time (a few GOPs of video)
 
 
 def is_uri(value: str | os.PathLike | UPath) -> bool:
-    """True for `scheme://...` other than `file://`."""
-    text = str(value)
-    return "://" in text and not text.startswith("file://")
+    """True for `scheme://...` other than `file://` (the config's own test, on any path)."""
+    return data_root.is_uri(str(value))
 
 
 def as_path(value: str | os.PathLike | UPath) -> DataPath:

@@ -366,7 +366,6 @@ class ShardSource:
                 f"meta/info.json {self.meta.total_frames} frames"
             )
         self.episode_ends = self.meta.episode_to_index.astype(np.int64)
-        self.task_of_string = {t: i for i, t in enumerate(self.meta.tasks)}
 
     @cached_property
     def episode_of(self) -> np.ndarray:
@@ -382,11 +381,7 @@ class ShardSource:
             )
         shard = np.searchsorted(self.first_ids, ids, side="right") - 1
         used, local = np.unique(shard, return_inverse=True)
-        tasks = {}
-        for e in np.unique(np.searchsorted(self.episode_ends, ids, side="right")):
-            for t in self.meta.episode_tasks(int(e)):
-                if t in self.task_of_string:
-                    tasks[self.task_of_string[t]] = t
+        tasks = self.meta.tasks_of_episodes(np.searchsorted(self.episode_ends, ids, side="right"))
         return ShardRead(
             ids=ids,
             files=[self.files[i] for i in used],
