@@ -35,6 +35,11 @@ def export_checkpoint(
             f"{checkpoint}: model type {meta.model_type!r} cannot be exported as {fmt!r} "
             f"(it writes {('raytrain', *meta.family.foreign_formats)})"
         )
+    if meta.embodiments:
+        raise ValueError(
+            f"{checkpoint}: trained on a mixture of {[e.name for e in meta.embodiments]}; "
+            f"{fmt!r} holds one robot's normalisation, so export it as 'raytrain'"
+        )
     return meta.family.write_foreign(fmt, out_dir, state, meta.model_config, normalizer)
 
 

@@ -2,7 +2,8 @@
 
 * `training.png`: train and validation loss, LR per group, grad norm (total and per group),
   samples/s, the share of step time spent waiting for data, and the validation action MSE per
-  action dimension next to the mean-action baseline.
+  action dimension next to the mean-action baseline; for a mixture, each dataset's validation
+  loss, its share of the samples drawn and its MSE relative to its own mean action.
 * `predictions.png`: predicted vs true action chunks of a few held-out samples, from the run's
   exported policy (skipped, with a note, when the run has no export or its dataset is gone).
 """
@@ -51,6 +52,8 @@ def plot_training(metrics: dict[str, list[dict]], out: Path) -> Path:
     ax = axes[0, 0]
     ax.plot(*_series(train, "loss"), label="train (flow matching)", lw=0.8)
     ax.plot(*_series(val, "val_loss"), "o-", label="validation", ms=3)
+    for key in _keys(val, "val_loss/"):  # a mixture's datasets
+        ax.plot(*_series(val, key), ".--", label=f"validation {key[9:]}", ms=3)
     ax.set(title="loss", xlabel="step", yscale="log")
     ax.legend()
     ax = axes[0, 1]
@@ -67,10 +70,27 @@ def plot_training(metrics: dict[str, list[dict]], out: Path) -> Path:
     ax = axes[1, 0]
     ax.plot(*_series(train, "samples_per_s"))
     ax.set(title="throughput", xlabel="step", ylabel="samples/s")
+    mixture = _keys(train, "samples/")
+    if mixture:  # each dataset's share of the samples drawn so far, on the right axis
+        share = ax.twinx()
+        steps = _series(train, mixture[0])[0]
+        total = sum(_series(train, k)[1] for k in mixture)
+        for key in mixture:
+            share.plot(steps, _series(train, key)[1] / np.maximum(total, 1), ":", label=key[8:])
+        share.set(ylabel="share of samples", ylim=(0, 1))
+        share.legend(fontsize=7)
     ax = axes[1, 1]
     ax.plot(*_series(train, "data_wait_share"))
     ax.set(title="share of step time waiting for data", xlabel="step", ylim=(0, 1))
     ax = axes[1, 2]
+    if _keys(val, "val_mse_ratio/"):  # a mixture: each robot against its own mean action
+        for key in _keys(val, "val_mse_ratio/"):
+            ax.plot(*_series(val, key), "o-", ms=3, label=key[14:])
+        ax.set(title="validation MSE / mean-action MSE per dataset", xlabel="step", yscale="log")
+        ax.legend()
+        path = out / "training.png"
+        fig.savefig(path, dpi=110)
+        return path
     for key in [k for k in _keys(val, "val_action_mse/")]:
         ax.plot(*_series(val, key), "o-", ms=3, label=f"action dim {key.rsplit('/', 1)[1]}")
     baseline = _series(val, "val_mean_action_mse")
@@ -88,7 +108,7 @@ def plot_predictions(run_dir: Path, out: Path, count: int = 4) -> Path:
 
     from raytrain_vla import policy as policy_lib
     from raytrain_vla.config import from_tree
-    from raytrain_vla.data.dataset import DatasetView
+    from raytrain_vla.data.mixture import MixtureView, open_view
     from raytrain_vla.train.resume import latest_checkpoint
 
     export = run_dir / "export"
@@ -96,25 +116,31 @@ def plot_predictions(run_dir: Path, out: Path, count: int = 4) -> Path:
     if ckpt is None or not (export / "model.safetensors").is_file():
         raise FileNotFoundError(f"{run_dir}: no export or checkpoint to predict with")
     cfg = from_tree(yaml.safe_load((ckpt / "config.yaml").read_text()), str(ckpt / "config.yaml"))
-    view = DatasetView.open(cfg.data, cfg.train.seed, cfg.train.global_batch_size)
+    view = open_view(cfg.data, cfg.train.seed, cfg.train.global_batch_size)
     policy = policy_lib.load(export, seed=0)
-    ids = np.sort(view.val_ids[np.linspace(0, len(view.val_ids) - 1, count).astype(int)])
-    cols = view.source.read(ids)
-    tasks = view.tasks
+    # (dataset view, embodiment name) per panel: a mixture's datasets take turns.
+    if isinstance(view, MixtureView):
+        panels = [
+            (view.views[i % len(view.names)], view.names[i % len(view.names)]) for i in range(count)
+        ]
+    else:
+        panels = [(view, None)] * count
     fig = Figure(figsize=(4 * count, 4), layout="constrained")
     axes = fig.subplots(1, count)
     for i, ax in enumerate(np.atleast_1d(axes)):
-        obs = {key: cols[f"image/{key}"][i].transpose(1, 2, 0) for key in policy.camera_keys}
-        obs.update(
-            {"observation.state": cols["state"][i], "task": tasks[int(cols["task_index"][i])]}
-        )
-        pred = policy.predict_action_chunk(obs)
-        true = np.asarray(cols["actions"][i])
-        valid = ~np.asarray(cols["action_is_pad"][i])
+        one, name = panels[i]
+        sample = int(one.val_ids[(len(one.val_ids) - 1) * i // max(count - 1, 1)])
+        cols = one.source.read(np.array([sample]))
+        obs = {key: cols[f"image/{key}"][0].transpose(1, 2, 0) for key in one.spec.camera_keys}
+        obs.update({"observation.state": cols["state"][0], "task": str(cols["task"][0])})
+        pred = policy.predict_action_chunk(obs, embodiment=name)
+        true = np.asarray(cols["actions"][0])
+        valid = ~np.asarray(cols["action_is_pad"][0])
         for d in range(true.shape[1]):
             line = ax.plot(np.flatnonzero(valid), true[valid, d], "o-", ms=3, label=f"true {d}")
             ax.plot(pred[:, d], "x--", color=line[0].get_color(), label=f"predicted {d}")
-        ax.set(title=f"sample {int(ids[i])}: {obs['task'][:28]}", xlabel="chunk step")
+        where = f"{name}:{sample}" if name else f"sample {sample}"
+        ax.set(title=f"{where}: {obs['task'][:28]}", xlabel="chunk step")
         if i == 0:
             ax.legend(fontsize=7)
     path = out / "predictions.png"

@@ -11,10 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-from raytrain_vla.config import Config, ConfigError, absolute_paths, parse_cli
+from raytrain_vla.config import Config, ConfigError, absolute_paths, dataset_configs, parse_cli
 from raytrain_vla.config.help import format_config_help, wants_help
-from raytrain_vla.data.dataset import root_fingerprint
 from raytrain_vla.data.demo import ensure_dataset
+from raytrain_vla.data.mixture import data_fingerprint
 from raytrain_vla.train.driver_lock import driver_lock
 from raytrain_vla.train.init_source import weights_file
 from raytrain_vla.train.launch import build_trainer, init_ray
@@ -37,7 +37,7 @@ def claim_run_name(cfg: Config) -> None:
 def prepare_run(cfg: Config) -> None:
     """Refuse a resume whose recipe or dataset changed (call holding the run's driver lock)."""
     if cfg.ray.resume != "never":
-        check_resume(cfg, run_dir_of(cfg), root_fingerprint(cfg.data.root))
+        check_resume(cfg, run_dir_of(cfg), data_fingerprint(cfg.data))
 
 
 def summarize(cfg: Config, metrics: dict, seconds: float) -> dict:
@@ -90,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     start = time.monotonic()
     try:
-        ensure_dataset(cfg.data)
+        for one in dataset_configs(cfg.data):
+            ensure_dataset(one)
         check_before_ray(cfg)
         claim_run_name(cfg)
         with driver_lock(run_dir_of(cfg), "training driver"):

@@ -14,7 +14,7 @@ import sys
 import typing
 from pathlib import Path
 
-from raytrain_vla.config import ConfigError, absolute_paths, parse_cli
+from raytrain_vla.config import ConfigError, absolute_paths, dataset_configs, parse_cli
 from raytrain_vla.config.help import format_config_help, wants_help
 from raytrain_vla.config.loader import command_line_keys
 
@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     from raytrain_vla.tuning import sweep
 
     try:
-        ensure_dataset(base.data)
+        for one in dataset_configs(base.data):
+            ensure_dataset(one)
         check_before_ray(base)  # before the sweep directory is written
         with driver_lock(sweep_dir, "sweep driver"):
             sweep.record_sweep(sweep_dir, space, base)

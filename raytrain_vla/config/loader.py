@@ -11,6 +11,8 @@ import difflib
 import functools
 import hashlib
 import json
+import math
+import re
 import typing
 from importlib import resources
 from pathlib import Path
@@ -22,6 +24,8 @@ import yaml
 import raytrain_vla.config.data_root as locate
 from raytrain_vla.config.schema import Config, DataConfig
 from raytrain_vla.errors import NotRetriable
+
+_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 DEFAULT_CONFIG = "default.yaml"
 
@@ -330,11 +334,51 @@ def validate(cfg: Config) -> None:
             f"bad value for 'model.lora': {lora}; expected r >= 0, alpha > 0, dropout in [0, 1) "
             "and at least one target module"
         )
+    _check_mixture(cfg.data)
     names = [g.name for g in cfg.optimizer.groups]
     if len(set(names)) != len(names) or any(not n for n in names):
         raise ConfigError(
             f"bad value for 'optimizer.groups': names must be unique and non-empty, got {names}"
         )
+
+
+def _check_mixture(data: DataConfig) -> None:
+    """Entries name one dataset each, under distinct names, with positive weights; the mixture
+    replaces data.root / data.repo_id, so giving those too is refused, never ignored. Empty
+    names become the dataset directory's (or repo's) name."""
+    if not data.mixture:
+        return
+    if data.root != locate.DEMO or data.repo_id:
+        raise ConfigError(
+            f"'data.mixture' and 'data.root'/'data.repo_id' ({data.root!r}, {data.repo_id!r}) "
+            "both name the data; put every dataset in data.mixture"
+        )
+    for i, entry in enumerate(data.mixture):
+        where = f"'data.mixture[{i}]'"
+        if bool(entry.root) == bool(entry.repo_id):
+            raise ConfigError(f"{where}: give exactly one of 'root' and 'repo_id'")
+        if not (entry.weight > 0 and math.isfinite(entry.weight)):
+            raise ConfigError(f"{where}: bad 'weight' {entry.weight}, expected a positive number")
+        if not entry.name:
+            entry.name = (entry.repo_id or entry.root).rstrip("/").rsplit("/", 1)[-1]
+        if not _NAME.fullmatch(entry.name):
+            raise ConfigError(
+                f"{where}: bad 'name' {entry.name!r}, expected letters, digits, '_', '-' or '.'"
+            )
+    names = [e.name for e in data.mixture]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"'data.mixture': names {names} repeat; give each dataset its own 'name'")
+
+
+def dataset_configs(data: DataConfig) -> list[DataConfig]:
+    """One data config per dataset: `data` itself, or one per mixture entry (its root, every
+    other key shared)."""
+    if not data.mixture:
+        return [data]
+    return [
+        dataclasses.replace(data, root=e.root or locate.DEMO, repo_id=e.repo_id, mixture=[])
+        for e in data.mixture
+    ]
 
 
 def _check_run_name(name: str) -> None:
@@ -423,7 +467,11 @@ def absolute_paths(cfg: Config) -> Config:
             "or the bucket mounted with a FUSE driver). data.root may be a URI."
         )
     cfg.ray.storage_path = str(Path(cfg.ray.storage_path).expanduser().resolve())
-    cfg.data.root = str(resolve_data_root(cfg.data))
+    if cfg.data.mixture:
+        for entry, one in zip(cfg.data.mixture, dataset_configs(cfg.data), strict=True):
+            entry.root, entry.repo_id = str(resolve_data_root(one)), ""
+    else:
+        cfg.data.root = str(resolve_data_root(cfg.data))
     if cfg.model.init_from:
         cfg.model.init_from = str(Path(cfg.model.init_from).expanduser().resolve())
     if cfg.model.smolvla.vlm_path:
@@ -472,8 +520,12 @@ RESUMABLE_KEYS = (
 
 
 def recipe_hash(cfg: Config) -> str:
-    """Hash over everything that changes the math; resume compares it."""
+    """Hash over everything that changes the math; resume compares it. A mixture's datasets
+    may move as data.root may (their fingerprints are compared); names and weights count."""
     tree = to_dict(cfg)
+    for entry in tree["data"].get("mixture", []):
+        entry.pop("root", None)
+        entry.pop("repo_id", None)
     for key in RESUMABLE_KEYS:
         parts = key.split(".")
         node = tree

@@ -29,6 +29,18 @@ class AugmentConfig:
 
 
 @dataclass
+class MixtureEntry:
+    """One dataset of `data.mixture`: exactly one of `root` and `repo_id`."""
+
+    root: str = ""  # as data.root: a LeRobot dataset, shards, a URI, or `demo`
+    repo_id: str = ""  # as data.repo_id: a dataset in the local LeRobot cache
+    weight: float = 1.0  # its share of every global batch (the weights are normalised)
+    # The embodiment's name in metrics, samples.jsonl and predict_action(embodiment=...);
+    # empty: the directory's (or repo's) name.
+    name: str = ""
+
+
+@dataclass
 class DataConfig:
     # LeRobot dataset root (v3.0 or v2.1) or a shards directory. `demo` is the built-in demo
     # dataset under ~/.cache/raytrain_vla, written on first use; any other path must exist.
@@ -76,6 +88,11 @@ class DataConfig:
     # Read tasks per segment: decode parallelism and look-ahead (one segment is decoded ahead
     # while the loop consumes the current one).
     read_tasks_per_segment: int = 4
+    # Train on several datasets at once, e.g. [{root: demo, weight: 0.7}, {repo_id: me/arm,
+    # weight: 0.3, name: arm}]: each global batch holds them by weight; state and actions are
+    # padded to the largest with masks, each keeps its own normalisation (README "Mixtures").
+    # Replaces data.root / data.repo_id; every other data key applies to all of them.
+    mixture: list[MixtureEntry] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -299,12 +300,12 @@ def read_tasks(work: np.ndarray, samples_per_task: int, micro_batch: int) -> lis
 
 
 def cut_tasks(
-    steps: Iterable[tuple[np.ndarray, int]],
+    steps: Iterable[tuple[np.ndarray, int | np.ndarray]],
     samples_per_task: int,
     micro_batch: int,
     groups: Iterable[object] | None = None,
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(ids, epoch per id) read tasks from per-step (ids, epoch) work, cut exactly as
+    """(ids, epoch per id) read tasks from per-step (ids, epoch or epoch per id) work, cut exactly as
     `read_tasks` cuts the concatenated work, but holding one task's worth at a time.
 
     With `groups` (one key per step), a task also ends where the key changes, so that a task
@@ -322,7 +323,7 @@ def cut_tasks(
             ids, epochs, held = [], [], 0
         current = key
         ids.append(np.asarray(step_ids, np.int64))
-        epochs.append(np.full(len(step_ids), epoch, np.int64))
+        epochs.append(np.broadcast_to(np.asarray(epoch, np.int64), len(step_ids)).copy())
         held += len(step_ids)
         while held >= size:
             all_ids, all_epochs = np.concatenate(ids), np.concatenate(epochs)
@@ -332,8 +333,23 @@ def cut_tasks(
         yield np.concatenate(ids), np.concatenate(epochs)
 
 
+class RankPlan(Protocol):
+    """What cutting read tasks needs of a plan (`SamplePlan`, `MixturePlan`)."""
+
+    global_batch_size: int
+    shuffle_window: int
+
+    def iter_rank_work(
+        self, start_step: int, end_step: int, rank: int, world_size: int
+    ) -> Iterator[tuple[np.ndarray, int | np.ndarray]]: ...
+
+    def window_groups(
+        self, start_step: int, end_step: int, rank: int, world_size: int
+    ) -> Iterator[tuple[int, int]]: ...
+
+
 def rank_read_tasks(
-    plan: SamplePlan, start_step: int, end_step: int, rank: int, world_size: int,
+    plan: RankPlan, start_step: int, end_step: int, rank: int, world_size: int,
     max_samples: int, micro_batch: int, follow_windows: bool = True,
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:  # fmt: skip
     """The rank's read tasks for steps [start_step, end_step) as training cuts them: at most

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from raytrain_vla.data.embodiment import ACTION_DIM_MASK, EMBODIMENT, IMAGE_MASK
 from raytrain_vla.data.normalize import ACTION, Normalizer
 from raytrain_vla.data.spec import DataSpec
 
@@ -58,13 +59,37 @@ def known_fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
 def encode_targets(
     cols: dict[str, np.ndarray], out: dict[str, np.ndarray], normalizer: Normalizer
 ) -> dict[str, np.ndarray]:
-    """The training columns every processor passes on: sample ids, normalised actions, pads."""
+    """The training columns every processor passes on: sample ids, normalised actions, pads,
+    and a mixture's masks and embodiment (`data/embodiment.py`)."""
     if "sample_id" in cols:
         out["sample_id"] = cols["sample_id"]
+    for key, value in cols.items():
+        if key in (ACTION_DIM_MASK, EMBODIMENT) or key.startswith(IMAGE_MASK):
+            out[key] = value
     if "actions" in cols:
         out["actions"] = normalizer.normalize(ACTION, cols["actions"])
         out["action_is_pad"] = cols["action_is_pad"]
     return out
+
+
+def collate_masks(
+    cols: dict[str, np.ndarray], to_tensor: Callable[[np.ndarray], torch.Tensor]
+) -> dict[str, Any]:
+    """A mixture's per-sample masks as model inputs: `image_masks` (camera -> (B,) bool),
+    `action_dim_mask` (B, A) bool and `embodiment` (B,); nothing for a single dataset."""
+    batch: dict[str, Any] = {}
+    cams = {
+        k[len(IMAGE_MASK) :]: to_tensor(v).bool()
+        for k, v in cols.items()
+        if k.startswith(IMAGE_MASK)
+    }
+    if cams:
+        batch["image_masks"] = cams
+    if ACTION_DIM_MASK in cols:
+        batch[ACTION_DIM_MASK] = to_tensor(cols[ACTION_DIM_MASK]).bool()
+    if EMBODIMENT in cols:
+        batch[EMBODIMENT] = to_tensor(cols[EMBODIMENT]).long()
+    return batch
 
 
 class FamilyConfig(Protocol):

@@ -11,9 +11,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from raytrain_vla.data.embodiment import ACTION_DIM_MASK, EMBODIMENT, IMAGE_MASK
+from raytrain_vla.data.image_ops import resize_images
 from raytrain_vla.data.normalize import ACTION, STATE, Normalizer
-from raytrain_vla.models.base import ImageHook, InputProcessor, encode_targets
-from raytrain_vla.models.image_ops import resize_images
+from raytrain_vla.models.base import ImageHook, InputProcessor, collate_masks, encode_targets
 
 
 class ImageStateProcessor(InputProcessor):
@@ -60,10 +61,15 @@ class ImageStateProcessor(InputProcessor):
             "images": {k: t(cols[f"image/{k}"]).float().div_(255.0) for k in self.camera_keys},
             "state": t(cols["state"]),
         }
-        reserved = {"state", "sample_id", "actions", "action_is_pad"}
+        reserved = {"state", "sample_id", "actions", "action_is_pad", ACTION_DIM_MASK, EMBODIMENT}
         batch.update(
-            {k: t(v) for k, v in cols.items() if k not in reserved and not k.startswith("image/")}
+            {
+                k: t(v)
+                for k, v in cols.items()
+                if k not in reserved and not k.startswith(("image/", IMAGE_MASK))
+            }
         )
+        batch.update(collate_masks(cols, t))
         if "sample_id" in cols:
             batch["sample_ids"] = t(cols["sample_id"]).long()
         if "actions" in cols:

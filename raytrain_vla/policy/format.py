@@ -3,7 +3,7 @@
     model.safetensors    full weights, one tensor per parameter name
     config.json          {"format": "raytrain_vla.policy", "version": 2, "model_type",
                           "model_config" (the family's typed config), "data_spec", "tasks",
-                          "mean_action"}
+                          "mean_action"; a mixture's also "embodiments", "layout"}
     normalization.json   the normaliser's per-feature affine maps
 
 Training checkpoints carry the same JSON as `policy.json`, so a checkpoint alone rebuilds its
@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from raytrain_vla.data.embodiment import Embodiment, MixtureLayout
 from raytrain_vla.data.formats.atomic import replacing_directory
 from raytrain_vla.data.normalize import Normalizer
 from raytrain_vla.data.spec import DataSpec
@@ -44,6 +45,27 @@ class PolicyMeta:
     data_spec: DataSpec
     tasks: tuple[str, ...] = ()
     mean_action: tuple[float, ...] = ()
+    # A mixture's datasets (their sizes, cameras and normalisation) and its common layout;
+    # the policy then predicts for one of them (`predict_action(..., embodiment=NAME)`).
+    embodiments: tuple[Embodiment, ...] = ()
+    layout: MixtureLayout | None = None
+
+    def embodiment(self, name: str | None) -> Embodiment | None:
+        """The named embodiment of a mixture policy; None for a single-dataset policy, which
+        takes no name."""
+        if not self.embodiments:
+            if name is not None:
+                raise ValueError(
+                    f"embodiment {name!r} given, but this policy was trained on one dataset"
+                )
+            return None
+        names = [e.name for e in self.embodiments]
+        if name not in names:
+            raise ValueError(
+                f"this policy was trained on a mixture; pass embodiment= one of {names}"
+                + ("" if name is None else f", got {name!r}")
+            )
+        return self.embodiments[names.index(name)]
 
     @property
     def family(self) -> ModelFamily:
@@ -58,6 +80,14 @@ class PolicyMeta:
             "data_spec": self.data_spec.to_dict(),
             "tasks": list(self.tasks),
             "mean_action": [float(v) for v in self.mean_action],
+            **(
+                {
+                    "embodiments": [e.to_dict() for e in self.embodiments],
+                    "layout": self.layout.to_dict(),
+                }
+                if self.layout is not None
+                else {}
+            ),
         }
 
     @classmethod
@@ -77,6 +107,8 @@ class PolicyMeta:
                 DataSpec.from_dict(data["data_spec"]),
                 tuple(data["tasks"]),
                 tuple(float(v) for v in data["mean_action"]),
+                tuple(Embodiment.from_dict(e) for e in data.get("embodiments", [])),
+                MixtureLayout.from_dict(data["layout"]) if data.get("layout") else None,
             )
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"{source}: not a readable policy config ({err!r})") from err

@@ -16,6 +16,7 @@ import torch
 from huggingface_hub import ModelHubMixin
 from safetensors.torch import load_file
 
+from raytrain_vla.data.embodiment import Embodiment
 from raytrain_vla.data.normalize import STATE, Normalizer
 from raytrain_vla.models.base import InputProcessor, VLAModel
 from raytrain_vla.models.registry import read_foreign_policy
@@ -112,56 +113,66 @@ class Policy(ModelHubMixin):
         self._queue.clear()
         self.generator.manual_seed(self.seed)
 
-    def select_action(self, observation: dict) -> np.ndarray | torch.Tensor:
+    def select_action(
+        self, observation: dict, embodiment: str | None = None
+    ) -> np.ndarray | torch.Tensor:
         """One action per observation, replanning every `n_action_steps` like LeRobot's
-        policies: (action_dim,) numpy for an unbatched observation, (B, action_dim) otherwise."""
-        cols, batched = self._columns(observation)
+        policies: (action_dim,) numpy for an unbatched observation, (B, action_dim) otherwise.
+        `embodiment`: which dataset's robot, for a policy trained on a mixture."""
+        emb = self.meta.embodiment(embodiment)
+        cols, batched = self._columns(observation, emb)
         if not self._queue:
-            chunk = self._predict(cols, None)
+            chunk = self._predict(cols, None, emb)
             self._queue.extend(chunk.transpose(0, 1)[: self.n_action_steps])
         action = self._queue.pop(0)
         return action if batched else action[0].cpu().numpy()
 
     @torch.no_grad()
     def predict_action_chunk(
-        self, observation: dict, noise: torch.Tensor | None = None
+        self, observation: dict, noise: torch.Tensor | None = None, embodiment: str | None = None
     ) -> torch.Tensor | np.ndarray:
         """(B, chunk, action_dim) actions in the robot's units for a batched observation, a
         (chunk, action_dim) numpy array for an unbatched one. `noise` (B, *noise_shape) is
         used as given (LeRobot's `predict_action_chunk(batch, noise=...)`), else drawn from
-        the policy's generator."""
-        cols, batched = self._columns(observation)
-        chunk = self._predict(cols, noise)
+        the policy's generator. `embodiment`: which dataset's robot, for a policy trained on
+        a mixture (its state, cameras and actions are that robot's)."""
+        emb = self.meta.embodiment(embodiment)
+        cols, batched = self._columns(observation, emb)
+        chunk = self._predict(cols, noise, emb)
         return chunk if batched else chunk[0].cpu().numpy()
 
-    def predict_action(self, observation: dict) -> np.ndarray:
+    def predict_action(self, observation: dict, embodiment: str | None = None) -> np.ndarray:
         """`predict_action_chunk` as numpy (the name of earlier versions)."""
-        return _numpy(self.predict_action_chunk(observation))
+        return _numpy(self.predict_action_chunk(observation, embodiment=embodiment))
 
-    def _columns(self, observation: dict) -> tuple[dict[str, np.ndarray], bool]:
+    def _columns(
+        self, observation: dict, emb: Embodiment | None = None
+    ) -> tuple[dict[str, np.ndarray], bool]:
         """The processor's columns, and whether the observation was batched."""
         state_key, task_key = (
             _first_key(observation, STATE_KEYS),
             _first_key(observation, TASK_KEYS),
         )
-        cameras = [k for k in self.camera_keys if k in observation]
-        absent = [k for k in self.camera_keys if k not in observation]
+        camera_keys = list(emb.camera_keys) if emb else self.camera_keys
+        state_dim = emb.state_dim if emb else self.state_dim
+        cameras = [k for k in camera_keys if k in observation]
+        absent = [k for k in camera_keys if k not in observation]
         if (
             not state_key
             or not task_key
             or not cameras
-            or (absent and not self.processor.allows_missing_cameras)
+            or (absent and (emb is not None or not self.processor.allows_missing_cameras))
         ):
             missing = [n for n, k in ((STATE, state_key), ("task", task_key)) if not k]
             raise ValueError(
                 f"observation is missing {missing + absent}; expected {STATE!r}, 'task' and the "
-                f"cameras {self.camera_keys}"
+                f"cameras {camera_keys}"
             )
         state = _numpy(observation[state_key]).astype(np.float32)
         batched = state.ndim == 2
-        if state.ndim not in (1, 2) or state.shape[-1] != self.state_dim:
+        if state.ndim not in (1, 2) or state.shape[-1] != state_dim:
             raise ValueError(
-                f"'{state_key}' must have shape ({self.state_dim},) or (B, {self.state_dim}), got "
+                f"'{state_key}' must have shape ({state_dim},) or (B, {state_dim}), got "
                 f"{tuple(state.shape)}"
             )
         state = state if batched else state[None]
@@ -177,10 +188,15 @@ class Policy(ModelHubMixin):
                 raise ValueError(
                     f"camera '{key}': {len(images)} images for a batch of {len(state)}"
                 )
+        if emb is not None:  # as the mixture's read tasks lay every robot's samples out
+            cols = emb.to_layout(cols, self.meta.layout)
         return cols, batched
 
     @torch.no_grad()
-    def _predict(self, cols: dict[str, np.ndarray], noise: torch.Tensor | None) -> torch.Tensor:
+    def _predict(
+        self, cols: dict[str, np.ndarray], noise: torch.Tensor | None,
+        emb: Embodiment | None = None,
+    ) -> torch.Tensor:  # fmt: skip
         batch = self.processor.collate(self.processor.encode(cols), self.device)
         shape = (len(cols["state"]), *self.model.noise_shape)
         if noise is None:
@@ -188,7 +204,8 @@ class Policy(ModelHubMixin):
         elif tuple(noise.shape) != shape:
             raise ValueError(f"noise has shape {tuple(noise.shape)}, expected {shape}")
         actions = self.model.sample_actions(batch, noise.float().to(self.device))
-        return self.processor.decode_actions(actions.float())
+        actions = self.processor.decode_actions(actions.float())
+        return emb.robot_actions(actions) if emb is not None else actions
 
     def to(self, device: str | torch.device) -> Policy:
         self.device = torch.device(device)

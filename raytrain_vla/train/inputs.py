@@ -14,6 +14,7 @@ from raytrain_vla.config import Config
 from raytrain_vla.config.schema import AugmentConfig
 from raytrain_vla.data.augment import augment_enabled, augment_images
 from raytrain_vla.data.dataset import DatasetView
+from raytrain_vla.data.mixture import MixtureView
 from raytrain_vla.data.pipeline import iter_rank_batches
 from raytrain_vla.data.plan import capped_task_size, rank_read_tasks
 from raytrain_vla.data.spec import DataSpec
@@ -57,7 +58,7 @@ def samples_per_task(cfg: Config, spec: DataSpec) -> int:
 
 
 def train_stream(
-    cfg: Config, view: DatasetView, processor: InputProcessor, start_step: int, rank: int,
+    cfg: Config, view: DatasetView | MixtureView, processor: InputProcessor, start_step: int, rank: int,
     world: int,
 ) -> Iterator[dict[str, np.ndarray]]:  # fmt: skip
     """This rank's encoded micro-batches from `start_step` on, in plan order."""
@@ -76,13 +77,14 @@ def train_stream(
 
 
 def val_batches(
-    cfg: Config, view: DatasetView, processor: InputProcessor, rank: int, world: int,
-    device: torch.device,
+    cfg: Config, view: DatasetView | MixtureView, processor: InputProcessor, rank: int,
+    world: int, device: torch.device, val_ids: np.ndarray | None = None,
 ) -> list[tuple[dict, torch.Tensor]]:  # fmt: skip
-    """This rank's share of the held-out samples as model batches with per-sample weights
-    (padding weighs zero), decoded once; every validation reuses them."""
+    """This rank's share of the held-out samples (`val_ids`, default all of the view's) as
+    model batches with per-sample weights (padding weighs zero), decoded once; every
+    validation reuses them."""
     micro = cfg.train.micro_batch_size
-    ids, weight = pad_to_ranks(view.val_ids, world, micro)
+    ids, weight = pad_to_ranks(view.val_ids if val_ids is None else val_ids, world, micro)
     per_rank = len(ids) // world
     mine = ids[rank * per_rank : (rank + 1) * per_rank]
     w = torch.from_numpy(weight[rank * per_rank : (rank + 1) * per_rank])

@@ -80,7 +80,7 @@ def check_model_fits_data(cfg: Config) -> tuple[Any, DataSpec]:
     dataset's shapes (cameras, dims) and builds the model on the meta device, so a camera that
     feeds nothing or a LoRA target that matches no module fails here, not on every worker.
     Returns the resolved model config and the data spec."""
-    from raytrain_vla.data.dataset import DatasetView  # reads metadata only at the driver
+    from raytrain_vla.data.mixture import open_view  # reads metadata only at the driver
 
     family = get_family(cfg.model.type)
     if cfg.data.image_size and not family.uses_data_image_size:
@@ -88,7 +88,7 @@ def check_model_fits_data(cfg: Config) -> tuple[Any, DataSpec]:
             f"'data.image_size': model type {family.name!r} sizes its images itself "
             f"(see model.{family.name}); leave data.image_size empty"
         )
-    spec = DatasetView.open(cfg.data, cfg.train.seed, cfg.train.global_batch_size).spec
+    spec = open_view(cfg.data, cfg.train.seed, cfg.train.global_batch_size).spec
     options = family_options(cfg.model)
     try:
         config = family.resolve_config(options, spec, cfg.model.init_from, cfg.model.lora)

@@ -8,16 +8,17 @@ prints every finding, plus the full `data inspect` (which decodes the videos' en
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
-from raytrain_vla.config import Config
+from raytrain_vla.config import Config, dataset_configs
 from raytrain_vla.config.data_root import is_uri
 from raytrain_vla.config.schema import DataConfig
-from raytrain_vla.data.formats.lerobot import LeRobotMeta
+from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta
 from raytrain_vla.data.inspect import quick_problems
 from raytrain_vla.models.base import InputBudget
 from raytrain_vla.models.registry import get_family
@@ -43,18 +44,59 @@ def _unused_data_findings(cfg: Config) -> list[Finding]:
     data, default = cfg.data, DataConfig()
     out = []
     cache_set = (data.cache_dir, data.cache_max_gb) != (default.cache_dir, default.cache_max_gb)
-    if cache_set and not is_uri(data.root):
+    roots = [one.root for one in dataset_configs(data)]
+    if cache_set and not any(is_uri(r) for r in roots):
         out.append(Finding("warning", "data.cache_dir/data.cache_max_gb have no effect: they "
-                           f"cache object-store files, and data.root {data.root} is local"))  # fmt: skip
+                           f"cache object-store files, and the data ({', '.join(roots)}) is "
+                           "local"))  # fmt: skip
     plan_g = cfg.train.global_batch_size
-    if data.read_tasks_follow_windows and data.shuffle_window < plan_g:
+    if data.mixture and data.read_tasks_follow_windows:
+        out.append(Finding("note", "read tasks do not follow shuffle windows in a mixture: a "
+                           "step's samples come from several datasets' windows"))  # fmt: skip
+    elif data.read_tasks_follow_windows and data.shuffle_window < plan_g:
         out.append(Finding("note", f"read tasks do not follow shuffle windows: data.shuffle_window "
                            f"{data.shuffle_window} is below one global batch ({plan_g})"))  # fmt: skip
     return out
 
 
+def _mixture_findings(cfg: Config) -> list[Finding]:
+    """Each dataset's own findings, named, then the model against the mixture's layout."""
+    findings, metas = [], []
+    for entry, one in zip(cfg.data.mixture, dataset_configs(cfg.data), strict=True):
+        sub = dataclasses.replace(cfg, data=one)
+        meta = LeRobotMeta.load(one.root)
+        metas.append((entry.name, sub, meta))
+        own = [Finding("error", p) for p in quick_problems(meta)] + _episode_findings(sub, meta)
+        findings += [Finding(f.level, f"data.mixture {entry.name!r}: {f.message}") for f in own]
+    if any(f.level == "error" for f in findings):
+        return findings
+    try:
+        config, _spec = check_model_fits_data(cfg)
+    except DatasetError as err:  # e.g. cameras of different sizes without data.image_size
+        return [*findings, Finding("error", str(err))]
+    budget = get_family(cfg.model.type).input_budget(config)
+    for name, sub, meta in metas:
+        own = []
+        if budget is not None:
+            own = _image_token_findings(sub, meta, budget) + _text_findings(sub, meta, budget)
+        findings += [Finding(f.level, f"data.mixture {name!r}: {f.message}") for f in own]
+    findings += _unused_data_findings(cfg)
+    if cfg.eval.episodes > 0:
+        findings.append(
+            Finding(
+                "note",
+                f"eval.episodes={cfg.eval.episodes} is skipped: closed-loop scoring runs the "
+                "demo task's simulator on one dataset, not a mixture (eval.episodes=0 silences "
+                "this)",
+            )
+        )
+    return findings
+
+
 def preflight(cfg: Config) -> list[Finding]:
-    """Every finding for this config on its dataset (the dataset must exist)."""
+    """Every finding for this config on its dataset or mixture (the data must exist)."""
+    if cfg.data.mixture:
+        return _mixture_findings(cfg)
     meta = LeRobotMeta.load(cfg.data.root)
     findings = [Finding("error", p) for p in quick_problems(meta)]
     findings += _camera_findings(cfg, meta)

@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
@@ -23,7 +24,8 @@ from torch.distributed.fsdp import register_fsdp_forward_method
 
 from raytrain_vla import policy as policy_lib
 from raytrain_vla.config import Config, check_batch_layout, recipe_hash, to_dict, to_yaml
-from raytrain_vla.data.dataset import DatasetView
+from raytrain_vla.data.embodiment import EmbodimentActions
+from raytrain_vla.data.mixture import MixtureView, open_view
 from raytrain_vla.models.registry import family_options, get_family
 from raytrain_vla.policy.format import PolicyMeta, write_policy
 from raytrain_vla.sim.closed_loop import evaluate, is_demo_dataset, render_size, run_episodes
@@ -87,7 +89,8 @@ class Trainer:
         self.accum = check_batch_layout(
             cfg.train.global_batch_size, cfg.train.micro_batch_size, self.world
         )
-        self.view = DatasetView.open(cfg.data, cfg.train.seed, cfg.train.global_batch_size)
+        self.view = open_view(cfg.data, cfg.train.seed, cfg.train.global_batch_size)
+        self.mixture = self.view if isinstance(self.view, MixtureView) else None
         torch.manual_seed(cfg.train.seed)  # the same global RNG stream on every rank
         self.family = get_family(cfg.model.type)
         self.model_config = self.family.resolve_config(
@@ -97,14 +100,17 @@ class Trainer:
         self.policy_meta = PolicyMeta(
             self.family.name, self.model_config, self.view.spec, tuple(self.view.tasks),
             tuple(self.view.mean_action.tolist()),
+            tuple(self.mixture.embodiments) if self.mixture else (),
+            self.mixture.layout if self.mixture else None,
         )  # fmt: skip
         self.config_hash = recipe_hash(cfg)
         self.run_dir = run_dir_of(cfg)
         self._build()
         self.start_step = self._restore()
-        self.eval_episodes = cfg.eval.episodes if is_demo_dataset(cfg.data.root) else 0
+        demo = not self.mixture and is_demo_dataset(cfg.data.root)
+        self.eval_episodes = cfg.eval.episodes if demo else 0
         self.logger = self._open_logger() if self.rank == 0 else None
-        self.val = val_batches(cfg, self.view, self.processor, self.rank, self.world, self.device)
+        self.val = self._val_batches()
 
     # -- build ---------------------------------------------------------------------------
     def _build(self) -> None:
@@ -227,6 +233,7 @@ class Trainer:
             self._log_sample_ids(step, micro)
             if _due(done, cfg.train.log_interval, cfg.train.steps):
                 metrics.update(meter.window_metrics())
+                metrics.update(self._mixture_counts(done))
                 if self.logger:
                     self.logger.log(done, metrics)
             val_metrics = {}
@@ -251,20 +258,72 @@ class Trainer:
         if not self.cfg.debug.log_sample_ids:
             return
         ids = torch.cat([m["sample_ids"] for m in micro]).tolist()
+        if self.mixture:  # "name:frame", the frame's index in its own dataset
+            source = self.mixture.source
+            ids = [
+                f"{self.mixture.names[d]}:{i - source.offsets[d]}"
+                for i, d in zip(ids, source.dataset_of(ids).tolist(), strict=True)
+            ]
         record = {"step": step, "rank": self.rank, "world_size": self.world, "ids": ids}
         with (self.run_dir / "samples.jsonl").open("a") as f:
             f.write(json.dumps(record) + "\n")
 
     # -- interval hooks ------------------------------------------------------------------------
+    def _val_batches(self) -> list[tuple[str, list]]:
+        """(suffix, batches) to validate on: all held-out samples, or each dataset's of a
+        mixture (scored in that robot's units against its own mean action)."""
+
+        def batches(ids=None):
+            return val_batches(
+                self.cfg, self.view, self.processor, self.rank, self.world, self.device, ids
+            )
+
+        if not self.mixture:
+            return [("", batches())]
+        return [
+            (e.name, batches(self.mixture.val_ids_of(e.index))) for e in self.mixture.embodiments
+        ]
+
     def _validate(self, done: int) -> dict[str, float]:
-        metrics = validate(
-            self.model, self.val, self.processor, self.view.mean_action, self.cfg.train.seed
-        )
+        if not self.mixture:
+            metrics = validate(
+                self.model, self.val[0][1], self.processor, self.view.mean_action,
+                self.cfg.train.seed,
+            )  # fmt: skip
+        else:
+            metrics = self._validate_mixture()
         if self.eval_episodes and self.cfg.eval.at_validation:  # collective
             metrics.update(self._closed_loop_now())
         if self.logger:
             self.logger.log(done, metrics, kind="val")
         return metrics
+
+    def _validate_mixture(self) -> dict[str, float]:
+        """Each dataset's metrics under `<metric>/<name>`; `val_loss` and `val_mse_ratio` (what
+        Tune schedules on) are their means weighted by held-out samples and unweighted."""
+        out: dict[str, float] = {}
+        losses, ratios, counts = [], [], []
+        for (name, batches), emb in zip(self.val, self.mixture.embodiments, strict=True):
+            m = validate(
+                self.model, batches, EmbodimentActions(emb), np.asarray(emb.mean_action),
+                self.cfg.train.seed,
+            )  # fmt: skip
+            for key in ("val_loss", "val_action_mse", "val_mse_ratio", "val_samples"):
+                out[f"{key}/{name}"] = m[key]
+            losses.append(m["val_loss"])
+            ratios.append(m["val_mse_ratio"])
+            counts.append(m["val_samples"])
+        out["val_loss"] = float(np.average(losses, weights=counts))
+        out["val_mse_ratio"] = float(np.mean(ratios))
+        out["val_samples"] = float(np.sum(counts))
+        return out
+
+    def _mixture_counts(self, done: int) -> dict[str, float]:
+        """Samples each dataset has given to steps [0, done) (the plan's closed form)."""
+        if not self.mixture:
+            return {}
+        counts = self.mixture.plan.samples_before(done)
+        return {f"samples/{n}": int(c) for n, c in zip(self.mixture.names, counts, strict=True)}
 
     def _save(self, done: int, report: dict) -> None:
         cfg = self.cfg

@@ -6,11 +6,11 @@ import torch
 
 from raytrain_vla.config.schema import AugmentConfig
 from raytrain_vla.data.augment import augment_images
+from raytrain_vla.data.image_ops import resize_images
 from raytrain_vla.data.normalize import Normalizer
 from raytrain_vla.models.flow_vla.config import FlowVLAConfig
 from raytrain_vla.models.flow_vla.processor import FlowVLAProcessor
 from raytrain_vla.models.flow_vla.tokenizer import tokenize
-from raytrain_vla.models.image_ops import resize_images
 from raytrain_vla.train.inputs import ReadTransform
 
 STATS = {

@@ -97,12 +97,15 @@ class Backbone(nn.Module):
 
     def forward(
         self, image_tokens: torch.Tensor, text_emb: torch.Tensor, text_mask: torch.Tensor,
-        state: torch.Tensor,
+        state: torch.Tensor, image_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        """`image_mask` (B, image tokens): false for a camera the sample's robot lacks."""
         text = text_emb + self.text_pos[: text_emb.shape[1]]
         x = torch.cat([image_tokens, text, self.state_proj(state)[:, None]], dim=1)
         ones = text_mask.new_ones(x.shape[0], image_tokens.shape[1])
-        mask = torch.cat([ones, text_mask, ones[:, :1]], dim=1)
+        if image_mask is not None:
+            ones = image_mask.to(ones.dtype)
+        mask = torch.cat([ones, text_mask, text_mask.new_ones(x.shape[0], 1)], dim=1)
         for block in self.blocks:
             x = block(x, mask)
         return self.norm(x), mask
@@ -199,7 +202,19 @@ class FlowVLA(VLAModel):
         tokens, mask = tokens[:, :keep], mask[:, :keep]
         text_emb = self.backbone.text_embed(tokens)
         image_tokens = self.vision(obs["images"], text_emb, mask)
-        return self.backbone(image_tokens, text_emb, mask, obs["state"].to(text_emb.dtype))
+        image_mask = None
+        if "image_masks" in obs:  # a mixture: cameras a robot lacks are left out of attention
+            per_camera = image_tokens.shape[1] // len(self.config.camera_keys)
+            image_mask = torch.cat(
+                [
+                    obs["image_masks"][k][:, None].expand(-1, per_camera)
+                    for k in self.config.camera_keys
+                ],
+                dim=1,
+            )
+        return self.backbone(
+            image_tokens, text_emb, mask, obs["state"].to(text_emb.dtype), image_mask
+        )
 
     def compute_dtype(self) -> torch.dtype:
         """bf16 under FSDP2 mixed precision (params are cast in the pre-forward), else fp32."""
@@ -221,7 +236,11 @@ class FlowVLA(VLAModel):
         prefix, prefix_mask = self.embed_prefix(batch)
         dtype = self.compute_dtype()
         v = self.action_expert(x_t.to(dtype), time, prefix, prefix_mask)
-        err = (v.float() - (noise - actions)).square().mean(-1)
+        err = (v.float() - (noise - actions)).square()
+        if "action_dim_mask" in batch:  # a mixture: only the robot's own action dimensions
+            err = masked_mean(err, batch["action_dim_mask"][:, None, :], dim=-1)
+        else:
+            err = err.mean(-1)
         return masked_mean(err, ~batch["action_is_pad"], dim=1)
 
     @torch.no_grad()

@@ -274,6 +274,11 @@ class SmolVLA(VLAModel):
         losses = self.flow_losses(batch, noise, time)[:, :, : self.config.action_dim]
         valid = ~batch["action_is_pad"]
         losses = losses * valid.unsqueeze(-1)
+        if "action_dim_mask" in batch:  # a mixture: only the robot's own action dimensions
+            dims = batch["action_dim_mask"][:, : self.config.action_dim]
+            losses = losses * dims.unsqueeze(1)
+            count = (valid.sum(dim=1) * dims.sum(dim=1)).clamp_min(1)
+            return losses.sum(dim=(1, 2)) / count
         count = (valid.sum(dim=1) * losses.shape[-1]).clamp_min(1)
         return losses.sum(dim=(1, 2)) / count
 

@@ -15,8 +15,9 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoTokenizer
 
+from raytrain_vla.data.embodiment import ACTION_DIM_MASK, EMBODIMENT
 from raytrain_vla.data.normalize import ACTION, STATE, Normalizer
-from raytrain_vla.models.base import ImageHook, InputProcessor, encode_targets
+from raytrain_vla.models.base import ImageHook, InputProcessor, collate_masks, encode_targets
 from raytrain_vla.models.smolvla.config import SmolVLAConfig
 
 
@@ -94,9 +95,12 @@ class SmolVLAProcessor(InputProcessor):
 
         images, masks = {}, {}
         present = {cam: src for cam, src in self.sources.items() if f"image/{src}" in cols}
+        mixture = collate_masks(cols, t)  # a mixture: per-sample camera and action masks
         for cam, src in present.items():
             images[cam] = self.prepare_image(t(cols[f"image/{src}"]))
-            masks[cam] = torch.ones(images[cam].shape[0], dtype=torch.bool, device=device)
+            masks[cam] = mixture.get("image_masks", {}).get(src)
+            if masks[cam] is None:
+                masks[cam] = torch.ones(images[cam].shape[0], dtype=torch.bool, device=device)
         missing = [cam for cam in self.config.cameras if cam not in present]
         for cam in missing[: self.config.empty_cameras]:  # LeRobot: present first, then empties
             images[cam] = torch.full_like(next(iter(images.values())), -1.0)
@@ -119,6 +123,11 @@ class SmolVLAProcessor(InputProcessor):
             pad = self.config.max_action_dim - actions.shape[-1]
             batch["actions"] = F.pad(actions, (0, pad))
             batch["action_is_pad"] = t(cols["action_is_pad"]).bool()
+        if ACTION_DIM_MASK in mixture:
+            dims = mixture[ACTION_DIM_MASK]
+            batch[ACTION_DIM_MASK] = F.pad(dims, (0, self.config.max_action_dim - dims.shape[-1]))
+        if EMBODIMENT in mixture:
+            batch[EMBODIMENT] = mixture[EMBODIMENT]
         return batch
 
     def decode_actions(self, actions: torch.Tensor) -> torch.Tensor:
