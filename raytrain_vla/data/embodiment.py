@@ -62,6 +62,8 @@ class Embodiment:
     normalizer: Normalizer
     mean_action: tuple[float, ...]  # in the robot's units (the validation baseline)
     tasks: tuple[str, ...] = ()
+    root: str = ""  # where the dataset was read from (a record; never opened by a policy)
+    fingerprint: str = ""  # the dataset's fingerprint when it was trained on
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -73,6 +75,8 @@ class Embodiment:
             "normalization": self.normalizer.to_dict(),
             "mean_action": [float(v) for v in self.mean_action],
             "tasks": list(self.tasks),
+            "root": self.root,
+            "fingerprint": self.fingerprint,
         }
 
     @classmethod
@@ -81,6 +85,7 @@ class Embodiment:
             str(d["name"]), int(d["index"]), int(d["state_dim"]), int(d["action_dim"]),
             tuple(d["camera_keys"]), Normalizer.from_dict(d["normalization"]),
             tuple(float(v) for v in d["mean_action"]), tuple(d.get("tasks", ())),
+            str(d.get("root", "")), str(d.get("fingerprint", "")),
         )  # fmt: skip
 
     def lean(self) -> Embodiment:

@@ -138,7 +138,8 @@ class MixtureView:
 
         names = [e.name for e in cfg.mixture]
         # Each dataset's plan only orders its own stream; the mixture makes the batches.
-        views = [DatasetView.open(one, seed, 1) for one in dataset_configs(cfg)]
+        configs = dataset_configs(cfg)
+        views = [DatasetView.open(one, seed, 1) for one in configs]
         sizes = [v.meta.total_frames for v in views]
         offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         plan = MixturePlan(
@@ -161,8 +162,10 @@ class MixtureView:
                 v.normalizer,
                 tuple(v.mean_action.tolist()),
                 tuple(v.tasks),
-            )  # fmt: skip
-            for d, (name, v) in enumerate(zip(names, views, strict=True))
+                one.root,
+                v.fingerprint,
+            )
+            for d, (name, v, one) in enumerate(zip(names, views, configs, strict=True))
         ]
         source = MixtureSource([v.source for v in views], offsets, embodiments, layout)
         val_ids = np.concatenate([v.val_ids + o for v, o in zip(views, offsets, strict=True)])

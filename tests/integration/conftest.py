@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -43,9 +44,17 @@ def ray_cluster(s3_server):
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
     # The dashboard serves the State API, which Ray Train's placement-group cleaner needs to
     # free a trial's workers when Tune stops it early (ASHA); without it they leak.
+    # A free port for the dashboard: a dashboard already running on this machine (8265) must
+    # not fail the session.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dashboard_port = probe.getsockname()[1]
     cluster = Cluster(
-        initialize_head=True, head_node_args={"num_cpus": 8, "include_dashboard": True}
-    )
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 8, "include_dashboard": True, "dashboard_port": dashboard_port
+        },
+    )  # fmt: skip
     ray.init(address=cluster.address, log_to_driver=False)
     yield cluster
     ray.shutdown()
