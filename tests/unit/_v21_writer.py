@@ -50,11 +50,11 @@ def write_v21_copy(
                 meta.video_file(key, e),
                 dst / VIDEO_PATH.format(video_key=key, **fields),
             )
-            times = meta.video_from_timestamp(key, e) + times
+            in_file = meta.video_from_timestamp(key, e) + times  # per camera: files differ
             if lossless:
-                _copy_yuv(src_video, times, out, meta.fps)
+                _copy_yuv(src_video, in_file, out, meta.fps)
             else:
-                encode_video(out, decode_frames(src_video, times), meta.fps)
+                encode_video(out, decode_frames(src_video, in_file), meta.fps)
 
     info = {k: v for k, v in meta.info.items() if not k.endswith("_size_in_mb")}
     info.update(codebase_version="v2.1", data_path=DATA_PATH, chunks_size=chunks_size)
