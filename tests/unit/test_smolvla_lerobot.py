@@ -344,3 +344,28 @@ def test_bad_smolvla_options_exit_2_before_ray_starts(args, fragment, capsys):
     assert run.main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and fragment in err[0], err
+
+
+def test_in_a_mixture_a_missing_camera_and_padded_action_dims_count_for_nothing(loaded, ref):
+    """Mixture columns (`data/embodiment.py`): sample 1 lacks the wrist camera and has only
+    two action dims; its loss ignores that camera's pixels and the other dims."""
+    encoded, _ = model_batch(loaded, ref)
+    n, dims = len(encoded["state"]), loaded.processor.action_dim
+    encoded["image_mask/observation.images.wrist"] = np.array([True, False])
+    encoded["action_dim_mask"] = np.arange(dims)[None] < np.array([[dims], [2]])
+    batch = loaded.processor.collate(encoded, "cpu")
+    assert batch["image_masks"]["observation.images.wrist"].tolist() == [True, False]
+    noise = torch.as_tensor(ref["train.noise"])
+    time = torch.as_tensor(ref["train.time"])
+    model = loaded.model
+    loss = model(batch, noise, time)
+    per_dim = model.flow_losses(batch, noise, time)[:, :, :dims]
+    valid = ~batch["action_is_pad"][1]
+    expect = per_dim[1, :, :2][valid].mean()
+    torch.testing.assert_close(loss[1], expect)
+    wrist = "observation.images.wrist"
+    changed = dict(batch, images=dict(batch["images"]))
+    changed["images"][wrist] = batch["images"][wrist].clone()
+    changed["images"][wrist][1] = torch.rand_like(changed["images"][wrist][1])
+    torch.testing.assert_close(model(changed, noise, time)[1], loss[1])
+    assert n == 2
