@@ -13,6 +13,11 @@ ranks it measures:
 - time to the first read task fresh (step 0) and after resuming at 90% of epoch 3 (median of
   `--repeats`, each with a new plan, so the per-epoch block pass is inside the timing).
 
+With `--mixture N` (default 4), the same frames split into N datasets (weights 1/1, 1/2, ...)
+also form a `MixturePlan`: its bytes per rank, the time per step of one rank's work next to the
+single plan's, and the first step fresh and after the same resume (counts before it in closed
+form).
+
 `before` rows compute what the previous design held (a per-frame id permutation, episode array
 and span list per rank; every low-dimensional column pickled into every task) from the same
 sizes, so the ratio is side by side. Prints JSON.
@@ -30,6 +35,7 @@ import time
 import tracemalloc
 
 from raytrain_vla.data.formats.lerobot_source import LeRobotSource
+from raytrain_vla.data.mixture_plan import MixturePlan
 from raytrain_vla.data.plan import SamplePlan, cut_tasks
 from raytrain_vla.data.synthetic_index import ACTION_DIM, CAMERAS, STATE_DIM, synthetic_meta
 
@@ -53,6 +59,47 @@ def first_task(plan: SamplePlan, source: LeRobotSource, step: int, rank: int, wo
     ids, epochs = next(cut_tasks(steps, samples_per_task, micro))
     item = {"read": source.reader(ids), "epochs": epochs}
     return item, len(pickle.dumps(item))
+
+
+def _per_step_s(plan, step: int, rank: int, world: int, steps: int = 100) -> float:
+    t0 = time.perf_counter()
+    for _ in plan.iter_rank_work(step, step + steps, rank, world):
+        pass
+    return (time.perf_counter() - t0) / steps
+
+
+def measure_mixture(first, length, args, resume_step: int) -> dict:
+    """The frames' episodes dealt into `--mixture` datasets, weighted 1/1, 1/2, ..."""
+    n, rank, world, g = args.mixture, args.ranks - 1, args.ranks, args.global_batch
+    parts = [(first[d::n], length[d::n]) for d in range(n)]
+    single = SamplePlan.from_runs(first, length, seed=0, global_batch_size=g)
+
+    def build() -> MixturePlan:
+        plans = [SamplePlan.from_runs(f - f.min(), ln, 0, 1) for f, ln in parts]
+        offsets = [int(f.min()) for f, _ in parts]  # ids stay the frames' own
+        return MixturePlan(plans, offsets, [1 / (d + 1) for d in range(n)], 0, g)
+
+    timings: dict[str, list[float]] = {"fresh": [], "resume": []}
+    for _ in range(args.repeats):
+        for name, step in (("fresh", 0), ("resume", resume_step)):
+            t0 = time.perf_counter()
+            next(build().iter_rank_work(step, step + 1, rank, world))
+            timings[name].append(time.perf_counter() - t0)
+    mix = build()
+    mixture_step, single_step = (
+        _per_step_s(mix, resume_step, rank, world),
+        _per_step_s(single, resume_step, rank, world),
+    )
+    median = {k: statistics.median(v) for k, v in timings.items()}
+    return {
+        "datasets": n,
+        "plan_bytes_per_rank": mix.nbytes,
+        "rank_work_s_per_step": round(mixture_step, 5),
+        "single_plan_rank_work_s_per_step": round(single_step, 5),
+        "per_step_mixture_over_single": mixture_step / single_step,
+        "first_step_s": {k: round(v, 4) for k, v in median.items()},
+        "resume_over_fresh": median["resume"] / median["fresh"],
+    }
 
 
 def measure(frames: int, args) -> dict:
@@ -87,6 +134,8 @@ def measure(frames: int, args) -> dict:
     plan_nbytes = plan.nbytes
     tracemalloc.stop()
     before = before_bytes(frames, episodes, world, g)
+    resume_step = int(3.9 * plan.steps_per_epoch)
+    mixture = measure_mixture(first, length, args, resume_step) if args.mixture > 1 else None
     return {
         "frames": frames,
         "episodes": episodes,
@@ -106,6 +155,7 @@ def measure(frames: int, args) -> dict:
             "plan_bytes_before_over_now": before["plan_bytes_per_rank"] / plan_nbytes,
             "task_bytes_before_over_now": before["bytes_per_read_task"] / nbytes,
         },
+        **({"mixture": mixture} if mixture else {}),
     }
 
 
@@ -118,6 +168,7 @@ def main() -> None:
     parser.add_argument("--micro", type=int, default=4)
     parser.add_argument("--samples-per-task", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--mixture", type=int, default=4, help="datasets in the mixture rows")
     args = parser.parse_args()
     rows = [measure(n, args) for n in args.frames]
     out = {"rows": rows}
