@@ -35,6 +35,15 @@ def _local_dir(run_dir: RunPath, name: str) -> Path:
     return Path(tempfile.gettempdir()) / "raytrain_vla" / f"{run_dir.name}-{key}" / name
 
 
+def _wandb_dir(run_dir: RunPath) -> Path:
+    """wandb keeps its files in a local directory: the run's, or a stand-in for a URI."""
+    if not is_remote(run_dir):
+        return Path(run_dir)
+    local = _local_dir(run_dir, "wandb")
+    local.mkdir(parents=True, exist_ok=True)
+    return local
+
+
 def _fmt(value: float) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
@@ -65,7 +74,7 @@ class MetricsLogger:
                 self.wandb = wandb.init(
                     project=cfg.wandb_project,
                     mode=cfg.wandb_mode,
-                    dir=str(_local_dir(run_dir, "wandb") if is_remote(run_dir) else run_dir),
+                    dir=str(_wandb_dir(run_dir)),
                     id=run_id,
                     resume="allow",
                     config=config_dict,

@@ -138,6 +138,21 @@ def test_a_run_stored_on_s3_survives_a_kill_resumes_at_another_world_size_and_ex
     assert not (run_dir / ".driver.lock").exists()
     assert not Path("s3:").exists() and not (tmp_path / "runs" / "s3run").exists()
 
+    # The README's report and export commands, on this run in the bucket.
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    named = "s3://robot-data/runs/pick_v1"
+    for line in (f"raytrain-vla report {named}", f"raytrain-vla export {named}/checkpoint_..."):
+        assert line in readme
+    assert cli.main(["report", str(run_dir)]) == 0
+    for name in ("training.png", "predictions.png"):
+        assert (run_dir / "report" / name).read_bytes()[:4] == b"\x89PNG", name
+    ckpt = str(latest_checkpoint(str(run_dir)))
+    assert cli.main(["export", ckpt, str(tmp_path / "policy")]) == 0
+    exported = load_file(str(tmp_path / "policy" / "model.safetensors"))
+    final = load_bytes((run_dir / "export" / "model.safetensors").read_bytes())
+    for key in final:
+        np.testing.assert_array_equal(exported[key], final[key], err_msg=key)
+
     # The export in the bucket loads as a policy and predicts what the reference's does.
     obs = {
         "observation.image": np.zeros((32, 32, 3), np.uint8),

@@ -174,3 +174,17 @@ def test_a_directory_round_trips_through_s3(prefix, tmp_path):
     with pytest.raises(FileNotFoundError, match=f"{prefix}/nothing: no such directory"):
         with local_directory(f"{prefix}/nothing"):
             pass
+
+
+def test_sweep_results_on_s3_are_the_bytes_written_on_disk(prefix, tmp_path):
+    from raytrain_vla.tuning.sweep import write_results
+
+    rows = [
+        {"trial_id": "a", "lr": 0.1, "val_loss": 1.5},
+        {"trial_id": "b", "lr": 1, "val_loss": 2},
+    ]
+    local = write_results(rows, tmp_path)
+    remote = write_results(rows, run_path(prefix))
+    assert str(remote) == f"{prefix}/results.csv"
+    assert remote.read_bytes() == local.read_bytes()
+    assert local.read_bytes().startswith(b"trial_id,lr,val_loss\r\n")
