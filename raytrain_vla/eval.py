@@ -12,12 +12,18 @@ import sys
 from pathlib import Path
 
 from raytrain_vla import policy as policy_lib
+from raytrain_vla.data.formats.location import is_uri
 from raytrain_vla.sim.closed_loop import evaluate
+
+
+def _path(text: str) -> Path | str:
+    """A URI stays a string (`Path` would fold its `//`); `policy.load` downloads it."""
+    return text if is_uri(text) else Path(text)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m raytrain_vla.eval", description=__doc__)
-    parser.add_argument("policy_dir", type=Path)
+    parser.add_argument("policy_dir", type=_path, help="a policy directory, or its URI")
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--seed", type=int, default=1000, help="scenes differ from training's")
     parser.add_argument("--n-action-steps", type=int, default=0, help="0: the whole chunk")

@@ -4,7 +4,7 @@ process, without Ray. `--format lerobot` writes LeRobot's `pretrained_model/` la
 (smolvla), which LeRobot's `SmolVLAPolicy.from_pretrained` loads without this package.
 
 The policy format is `raytrain_vla.policy.format`; the checkpoint side is
-`raytrain_vla.train.checkpoint.consolidate`.
+`raytrain_vla.train.checkpoint.consolidate`. Either directory may be an object-store URI.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from raytrain_vla.data.formats.location import is_uri
+from raytrain_vla.data.formats.run_storage import local_directory
 from raytrain_vla.policy.format import write_policy
 from raytrain_vla.train.checkpoint import consolidate
 
@@ -25,9 +27,13 @@ FORMATS = ("raytrain", "lerobot")
 
 
 def export_checkpoint(
-    checkpoint: Path, out_dir: Path, dtype: str = "fp32", fmt: str = "raytrain"
+    checkpoint: Path | str, out_dir: Path | str, dtype: str = "fp32", fmt: str = "raytrain"
 ) -> Path:
-    state, meta, normalizer = consolidate(checkpoint, DTYPES[dtype])
+    """A checkpoint in object storage is downloaded first; the policy may go to a URI too."""
+    if fmt != "raytrain" and is_uri(out_dir):
+        raise ValueError(f"{out_dir}: --format {fmt} writes a local directory; give a path")
+    with local_directory(checkpoint) as local:
+        state, meta, normalizer = consolidate(local, DTYPES[dtype])
     if fmt == "raytrain":
         return write_policy(out_dir, state, meta, normalizer)
     if fmt not in meta.family.foreign_formats:
@@ -43,10 +49,15 @@ def export_checkpoint(
     return meta.family.write_foreign(fmt, out_dir, state, meta.model_config, normalizer)
 
 
+def _path(text: str) -> Path | str:
+    """A URI stays a string (`Path` would fold its `//`)."""
+    return text if is_uri(text) else Path(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m raytrain_vla.export", description=__doc__)
-    parser.add_argument("checkpoint", type=Path, help="a checkpoint_* directory of a run")
-    parser.add_argument("out", type=Path, help="the policy directory to write")
+    parser.add_argument("checkpoint", type=_path, help="a checkpoint_* directory of a run (or URI)")
+    parser.add_argument("out", type=_path, help="the policy directory to write (or URI)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
     parser.add_argument("--format", choices=FORMATS, default="raytrain", dest="fmt")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)

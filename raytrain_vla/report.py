@@ -1,4 +1,5 @@
-"""`python -m raytrain_vla.report RUN_DIR`: PNG plots of a run, written to RUN_DIR/report/.
+"""`python -m raytrain_vla.report RUN_DIR`: PNG plots of a run, written to RUN_DIR/report/
+(RUN_DIR may be an object-store URI, `s3://bucket/runs/NAME`).
 
 * `training.png`: train and validation loss, LR per group, grad norm (total and per group),
   samples/s, the share of step time spent waiting for data, and the validation action MSE per
@@ -13,6 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -20,8 +24,10 @@ import numpy as np
 # Figures without pyplot: headless-safe, and importing this never changes a notebook's backend.
 from matplotlib.figure import Figure
 
+from raytrain_vla.data.formats.run_storage import RunPath, is_remote, run_path
 
-def read_metrics(run_dir: Path) -> dict[str, list[dict]]:
+
+def read_metrics(run_dir: RunPath) -> dict[str, list[dict]]:
     """Rows by kind, one per step: a step redone after a restart keeps its last record."""
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
@@ -102,7 +108,7 @@ def plot_training(metrics: dict[str, list[dict]], out: Path) -> Path:
     return path
 
 
-def plot_predictions(run_dir: Path, out: Path, count: int = 4) -> Path:
+def plot_predictions(run_dir: RunPath, out: Path, count: int = 4) -> Path:
     """Predicted vs true chunks for held-out samples, through the exported policy."""
     import yaml
 
@@ -150,21 +156,43 @@ def plot_predictions(run_dir: Path, out: Path, count: int = 4) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m raytrain_vla.report", description=__doc__)
-    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("run_dir", type=_run_dir, help="a run directory, or its URI")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
         metrics = read_metrics(args.run_dir)
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    out = args.run_dir / "report"
-    out.mkdir(exist_ok=True)
-    print(plot_training(metrics, out))
-    try:
-        print(plot_predictions(args.run_dir, out))
-    except (FileNotFoundError, ValueError) as err:
-        print(f"note: predictions.png skipped: {err}", file=sys.stderr)
+    with _report_dir(args.run_dir) as (out, shown):
+        print(shown(plot_training(metrics, out)))
+        try:
+            print(shown(plot_predictions(args.run_dir, out)))
+        except (FileNotFoundError, ValueError) as err:
+            print(f"note: predictions.png skipped: {err}", file=sys.stderr)
     return 0
+
+
+def _run_dir(text: str) -> RunPath:
+    return run_path(text) if is_remote(text) else Path(text)
+
+
+@contextmanager
+def _report_dir(run_dir: RunPath) -> Iterator[tuple[Path, Callable[[Path], object]]]:
+    """(where to draw, how to name a figure): RUN_DIR/report; for a run in object storage a
+    local directory, uploaded to RUN_DIR/report as each figure is named."""
+    if not is_remote(run_dir):
+        out = Path(run_dir) / "report"
+        out.mkdir(exist_ok=True)
+        yield out, lambda path: path
+        return
+    remote = run_dir / "report"
+
+    def upload(path: Path) -> object:
+        remote.fs.put_file(str(path), (remote / path.name).path)
+        return remote / path.name
+
+    with tempfile.TemporaryDirectory(prefix="raytrain_vla-") as tmp:
+        yield Path(tmp), upload
 
 
 if __name__ == "__main__":

@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 import sys
 import time
-from pathlib import Path
 
 from raytrain_vla.config import Config, ConfigError, absolute_paths, dataset_configs, parse_cli
 from raytrain_vla.config.help import format_config_help, wants_help
 from raytrain_vla.data.demo import ensure_dataset
+from raytrain_vla.data.formats.run_storage import RunPath
 from raytrain_vla.data.mixture import data_fingerprint
 from raytrain_vla.train.driver_lock import driver_lock
 from raytrain_vla.train.init_source import weights_file
@@ -31,7 +31,7 @@ def claim_run_name(cfg: Config) -> None:
     if cfg.model.init_from:
         weights_file(cfg.model.init_from)  # a wrong path fails here, not in every worker
     if cfg.ray.resume == "never":
-        cfg.ray.run_name = fresh_run_name(Path(cfg.ray.storage_path), cfg.ray.run_name)
+        cfg.ray.run_name = fresh_run_name(cfg.ray.storage_path, cfg.ray.run_name)
 
 
 def prepare_run(cfg: Config) -> None:
@@ -60,7 +60,7 @@ def summarize(cfg: Config, metrics: dict, seconds: float) -> dict:
     return summary
 
 
-def _last_eval_record(run_dir: Path) -> dict:
+def _last_eval_record(run_dir: RunPath) -> dict:
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         return {}

@@ -61,9 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for note in space.replaced_by_command_line:
         print(f"note: {note}")
-    sweep_dir = Path(base.ray.storage_path).expanduser().resolve() / (
-        args.name or Path(args.space).stem
-    )
+    from raytrain_vla.data.formats.run_storage import run_path
+
+    sweep_dir = run_path(base.ray.storage_path) / (args.name or Path(args.space).stem)
 
     from raytrain_vla.data.demo import ensure_dataset
     from raytrain_vla.train.driver_lock import driver_lock

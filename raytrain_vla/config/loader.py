@@ -460,13 +460,11 @@ def resolve_data_root(data: DataConfig) -> Path | str:
 
 def absolute_paths(cfg: Config) -> Config:
     """Resolve local paths where the user typed them: Ray workers run in their own directories."""
-    if "://" in cfg.ray.storage_path:
-        raise ConfigError(
-            f"'ray.storage_path': {cfg.ray.storage_path!r} is a URI; checkpoints, metrics and "
-            "exports are written as files for now, so use a path every node mounts (NFS/EFS, "
-            "or the bucket mounted with a FUSE driver). data.root may be a URI."
-        )
-    cfg.ray.storage_path = str(Path(cfg.ray.storage_path).expanduser().resolve())
+    storage = cfg.ray.storage_path
+    if locate.is_uri(storage):  # object storage (s3://, gs://, ...): kept as typed
+        cfg.ray.storage_path = storage.rstrip("/")
+    else:
+        cfg.ray.storage_path = str(Path(storage.removeprefix("file://")).expanduser().resolve())
     if cfg.data.mixture:
         for entry, one in zip(cfg.data.mixture, dataset_configs(cfg.data), strict=True):
             entry.root, entry.repo_id = str(resolve_data_root(one)), ""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from safetensors.torch import save_file
 
 from raytrain_vla.data.embodiment import Embodiment, MixtureLayout
 from raytrain_vla.data.formats.atomic import replacing_directory
+from raytrain_vla.data.formats.location import is_uri
+from raytrain_vla.data.formats.run_storage import run_path, upload_directory
 from raytrain_vla.data.normalize import Normalizer
 from raytrain_vla.data.spec import DataSpec
 from raytrain_vla.models.base import FamilyConfig, ModelFamily
@@ -148,12 +151,18 @@ def check_policy_dir(path: Path) -> None:
 
 
 def write_policy(
-    out_dir: Path,
+    out_dir: Path | str,
     state_dict: dict[str, torch.Tensor],
     meta: PolicyMeta,
     normalizer: Normalizer,
 ) -> Path:
-    """Written into a staging sibling, then swapped in: a crash never leaves a half export."""
+    """Written into a staging sibling, then swapped in: a crash never leaves a half export.
+    To an object-store URI it is written locally, then uploaded with `config.json` last."""
+    if is_uri(out_dir):
+        with tempfile.TemporaryDirectory(prefix="raytrain_vla-") as tmp:
+            write_policy(Path(tmp) / "policy", state_dict, meta, normalizer)
+            upload_directory(Path(tmp) / "policy", run_path(out_dir), last=(CONFIG,))
+        return run_path(out_dir)
     out_dir = Path(out_dir)
     state_dict, config = meta.family.policy_state(state_dict, meta.model_config)
     with replacing_directory(out_dir) as staging:

@@ -17,6 +17,8 @@ from huggingface_hub import ModelHubMixin
 from safetensors.torch import load_file
 
 from raytrain_vla.data.embodiment import Embodiment
+from raytrain_vla.data.formats.location import is_uri
+from raytrain_vla.data.formats.run_storage import local_directory
 from raytrain_vla.data.normalize import STATE, Normalizer
 from raytrain_vla.models.base import InputProcessor, VLAModel
 from raytrain_vla.models.registry import read_foreign_policy
@@ -276,7 +278,10 @@ def load(
 ) -> Policy:
     """An exported policy directory (`python -m raytrain_vla.export`, or a run's `export/`),
     or another project's policy directory a model family reads (LeRobot's SmolVLA
-    `pretrained_model/`)."""
+    `pretrained_model/`). An object-store URI is downloaded to a temporary directory first."""
+    if is_uri(path):
+        with local_directory(path) as local:
+            return load(local, seed, n_action_steps, device)
     path = Path(path)
     data = json.loads((path / CONFIG).read_text()) if (path / CONFIG).is_file() else {}
     if data and "format" not in data and "model_kwargs" not in data:  # neither version 2 nor 1

@@ -1,10 +1,12 @@
-"""One driver per run directory (a training run or a sweep), on local disk and on shared mounts.
+"""One driver per run directory (a training run or a sweep), on local disk, on shared mounts and
+in object storage.
 
 Two drivers on one run would both pass the resume check, then rewrite the same Ray snapshot and
 prune each other's uploads. The lock is a file created with O_CREAT|O_EXCL, which is atomic on
-local file systems and on NFSv4/EFS, holding who owns it. A lock whose owner is gone (same host,
-process dead or its pid reused) is taken over with a message; a lock from another host cannot
-be checked from here, so the user is told who holds it and how to break it.
+local file systems and on NFSv4/EFS, or on an object store an object created by a conditional
+PUT (`If-None-Match: *`), holding who owns it. A lock whose owner is gone (same host, process
+dead or its pid reused) is taken over with a message; a lock from another host cannot be
+checked from here, so the user is told who holds it and how to break it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
+
+from raytrain_vla.data.formats.run_storage import (
+    RunPath,
+    create_exclusive,
+    file_modified_at,
+    is_remote,
+    run_path,
+)
 
 LOCK_NAME = ".driver.lock"
 
@@ -51,7 +61,7 @@ def _owner_record(what: str) -> dict:
     }
 
 
-def _read(path: Path) -> dict | None:
+def _read(path: RunPath) -> dict | None:
     """The lock's owner record; None if the lock vanished; {} if it is unreadable."""
     try:
         data = json.loads(path.read_text())
@@ -83,20 +93,14 @@ def _describe(owner: dict) -> str:
     )
 
 
-def _try_create(path: Path, record: dict) -> bool:
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except FileExistsError:
-        return False
-    with os.fdopen(fd, "w") as f:
-        json.dump(record, f)
-        f.flush()
-        os.fsync(f.fileno())
-    return True
+def _try_create(path: RunPath, record: dict) -> bool:
+    return create_exclusive(path, json.dumps(record).encode())
 
 
-def _take_over(path: Path, stale: dict) -> bool:
+def _take_over(path: RunPath, stale: dict) -> bool:
     """Move the stale lock aside; False when another driver changed it first."""
+    if is_remote(path):
+        return _take_over_remote(path, stale)
     aside = path.with_name(f"{LOCK_NAME}.stale-{uuid.uuid4().hex[:8]}")
     try:
         os.rename(path, aside)
@@ -113,9 +117,25 @@ def _take_over(path: Path, stale: dict) -> bool:
     return True
 
 
-def acquire(directory: Path, what: str) -> dict:
+def _take_over_remote(path: RunPath, stale: dict) -> bool:
+    """An object store has no rename: the takeover of a stale lock is claimed by creating a
+    marker named by its token, exclusively, so one driver alone deletes it. The marker stays
+    (a few bytes), so a driver that read the stale lock late cannot claim it again and delete
+    the winner's lock."""
+    marker = path.with_name(f"{LOCK_NAME}.takeover-{stale.get('token', 'unreadable')}")
+    if not create_exclusive(marker, json.dumps(_owner_record("takeover")).encode()):
+        return False
+    if _read(path) != stale:  # released and taken meanwhile: not ours to delete
+        return False
+    path.unlink(missing_ok=True)
+    return True
+
+
+def acquire(directory: RunPath | str, what: str) -> dict:
     """Lock `directory` for this process; return the record to pass to `release`."""
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = run_path(directory) if is_remote(directory) else directory
+    if not is_remote(directory):
+        directory.mkdir(parents=True, exist_ok=True)
     path = directory / LOCK_NAME
     record = _owner_record(what)
     for _ in range(5):
@@ -140,25 +160,22 @@ def acquire(directory: Path, what: str) -> dict:
     raise DriverLocked(f"{path}: the lock kept changing while taking it; start again")
 
 
-def release(directory: Path, record: dict) -> None:
+def release(directory: RunPath | str, record: dict) -> None:
     """Remove the lock if it is still this driver's (a takeover by another may have happened)."""
-    path = directory / LOCK_NAME
+    path = (run_path(directory) if is_remote(directory) else directory) / LOCK_NAME
     owner = _read(path)
     if owner and owner.get("token") == record["token"]:
         path.unlink(missing_ok=True)
 
 
-def lock_taken_at(directory: Path) -> float | None:
+def lock_taken_at(directory: RunPath) -> float | None:
     """When the driver holding `directory` took its lock (the file's mtime, on the clock of the
     file system that also stamps the checkpoints); None when no driver holds it."""
-    try:
-        return (directory / LOCK_NAME).stat().st_mtime
-    except FileNotFoundError:
-        return None
+    return file_modified_at(directory / LOCK_NAME)
 
 
 @contextmanager
-def driver_lock(directory: Path, what: str) -> Iterator[None]:
+def driver_lock(directory: RunPath | str, what: str) -> Iterator[None]:
     record = acquire(directory, what)
     try:
         yield

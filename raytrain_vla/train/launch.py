@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 import ray
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig
 
 from raytrain_vla.config import Config, ConfigError, to_dict
+from raytrain_vla.data.formats.run_storage import run_path
 from raytrain_vla.train.failure_policy import Trainer
 from raytrain_vla.train.worker import train_loop_per_worker
 
@@ -84,7 +84,7 @@ def _cluster_started_here() -> tuple[str | None, str | None]:
 
 
 def build_trainer(cfg: Config, callbacks: list | None = None) -> Trainer:
-    storage = str(Path(cfg.ray.storage_path).expanduser().resolve())
+    storage = str(run_path(cfg.ray.storage_path))  # a URI as is: Ray Train writes via pyarrow.fs
     resources = dict(cfg.ray.resources_per_worker)
     quiet = {}
     if TrainLoggingConfig is not None:

@@ -2,21 +2,46 @@
 
 wandb runs offline unless configured; a missing or broken wandb never stops training. The wandb
 run id is fixed per run (name plus recipe hash), so a resumed run continues the same wandb run.
+With the run directory in object storage, `metrics.jsonl` is rewritten whole (`JsonlLog`),
+rollouts are uploaded, and wandb keeps its files in a local directory.
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
 import logging
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 from raytrain_vla.config.schema import LoggingConfig
+from raytrain_vla.data.formats.run_storage import JsonlLog, RunPath, is_remote, upload_directory
 from raytrain_vla.sim.closed_loop import EvalResult, frame_strip
 
 log = logging.getLogger(__name__)
+
+
+FLUSH_EVERY_S = 10.0  # object storage: how often metrics.jsonl is rewritten at most
+
+
+def _local_dir(run_dir: RunPath, name: str) -> Path:
+    """`run_dir/name` when it is local; for a run in object storage a local stand-in (its
+    files are uploaded where they belong in the run)."""
+    if not is_remote(run_dir):
+        return Path(run_dir) / name
+    key = hashlib.sha1(str(run_dir).encode()).hexdigest()[:8]
+    return Path(tempfile.gettempdir()) / "raytrain_vla" / f"{run_dir.name}-{key}" / name
+
+
+def _wandb_dir(run_dir: RunPath) -> Path:
+    """wandb keeps its files in a local directory: the run's, or a stand-in for a URI."""
+    if not is_remote(run_dir):
+        return Path(run_dir)
+    local = _local_dir(run_dir, "wandb")
+    local.mkdir(parents=True, exist_ok=True)
+    return local
 
 
 def _fmt(value: float) -> str:
@@ -26,7 +51,7 @@ def _fmt(value: float) -> str:
 class MetricsLogger:
     def __init__(
         self,
-        run_dir: Path,
+        run_dir: RunPath,
         cfg: LoggingConfig,
         config_dict: dict,
         total_steps: int,
@@ -34,7 +59,9 @@ class MetricsLogger:
         start_step: int = 0,
     ):
         self.path = run_dir / "metrics.jsonl"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not is_remote(run_dir):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.jsonl = JsonlLog(self.path, flush_every_s=FLUSH_EVERY_S)
         self.console = cfg.console
         self.total_steps = total_steps
         self.start = time.monotonic()
@@ -47,7 +74,7 @@ class MetricsLogger:
                 self.wandb = wandb.init(
                     project=cfg.wandb_project,
                     mode=cfg.wandb_mode,
-                    dir=str(run_dir),
+                    dir=str(_wandb_dir(run_dir)),
                     id=run_id,
                     resume="allow",
                     config=config_dict,
@@ -57,9 +84,7 @@ class MetricsLogger:
                 log.warning("wandb disabled: %s", err)
 
     def log(self, step: int, metrics: dict, kind: str = "train") -> None:
-        record = {"kind": kind, "step": step, "time": time.time(), **metrics}
-        with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        self.jsonl.write({"kind": kind, "step": step, "time": time.time(), **metrics})
         if self.wandb is not None:
             self.wandb.log({f"{kind}/{k}": v for k, v in metrics.items()}, step=step)
         if self.console:
@@ -83,8 +108,8 @@ class MetricsLogger:
         from raytrain_vla.data.formats.video import encode_video
         from raytrain_vla.sim.simulator import FPS
 
-        out = self.path.parent / "rollouts"
-        out.mkdir(exist_ok=True)
+        out = _local_dir(self.path.parent, "rollouts")
+        out.mkdir(parents=True, exist_ok=True)
         rows = []
         for i, (name, ro) in enumerate(rollouts):
             stem = out / f"step{step:06d}_{name}_{i}"
@@ -94,6 +119,8 @@ class MetricsLogger:
             Image.fromarray(strip).save(stem.with_suffix(".png"))
             encode_video(stem.with_suffix(".mp4"), big, FPS)
             rows.append((i, name, ro.instruction, ro.success, ro.final_distance, strip, stem))
+        if is_remote(self.path.parent):
+            upload_directory(out, self.path.parent / "rollouts", replace=False)
         if self.wandb is None:
             return
         try:
@@ -124,6 +151,11 @@ class MetricsLogger:
             f"data_wait={100 * metrics['data_wait_share']:.1f}% eta={eta:.0f}s"
         )
 
+    def flush(self) -> None:
+        """Make every record so far durable (before a checkpoint is reported)."""
+        self.jsonl.flush()
+
     def close(self) -> None:
+        self.jsonl.close()
         if self.wandb is not None:
             self.wandb.finish()

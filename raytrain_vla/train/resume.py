@@ -9,14 +9,23 @@ from __future__ import annotations
 
 import itertools
 import json
-import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
 
 from raytrain_vla.config import Config, recipe_hash, to_dict
 from raytrain_vla.config.loader import RESUMABLE_KEYS
+from raytrain_vla.data.formats.run_storage import (
+    RunPath,
+    create_exclusive,
+    is_remote,
+    remove_tree,
+    run_path,
+    subdirectories,
+    tree_modified_at,
+)
 from raytrain_vla.data.plan import PLAN_VERSION
 from raytrain_vla.errors import NotRetriable
 from raytrain_vla.train.checkpoint import CONFIG
@@ -25,13 +34,14 @@ from raytrain_vla.train.manifest import checkpoint_problems
 from raytrain_vla.train.train_state import TrainState, read_train_state
 
 SNAPSHOT = "checkpoint_manager_snapshot.json"  # Ray Train's record of registered checkpoints
+CLAIM = ".run_claimed"  # on an object store: the object that reserves a fresh run name
 
 
 class ResumeRefused(NotRetriable, ValueError):
     """The run directory holds a checkpoint of a different recipe or dataset."""
 
 
-def read_snapshot(run_dir: Path) -> dict | None:
+def read_snapshot(run_dir: RunPath) -> dict | None:
     """Ray Train's snapshot of the run's registered checkpoints; None when there is none.
 
     An unreadable one is an error naming the file: treating it as absent would start the run
@@ -53,37 +63,38 @@ def read_snapshot(run_dir: Path) -> dict | None:
     return data
 
 
-def checkpoint_dirs(run_dir: Path) -> list[Path]:
-    """Checkpoint directories on disk, oldest first (Ray names them by their timestamp)."""
-    return sorted(p for p in run_dir.glob("checkpoint_*") if p.is_dir())
+def checkpoint_dirs(run_dir: RunPath) -> list[RunPath]:
+    """Checkpoint directories in storage, oldest first (Ray names them by their timestamp)."""
+    return subdirectories(run_dir, "checkpoint_")
 
 
 class CheckpointDamaged(NotRetriable, ValueError):
     """No registered checkpoint of the run is complete."""
 
 
-def registered_checkpoints(run_dir: Path) -> list[str]:
+def registered_checkpoints(run_dir: RunPath) -> list[str]:
     """Names of the checkpoints Ray Train registered and keeps, as its snapshot lists them."""
     snapshot = read_snapshot(run_dir) or {}
     return [r["checkpoint_dir_name"] for r in snapshot.get("checkpoint_results", [])]
 
 
-def resume_candidates(run_dir: Path, latest: Path) -> list[Path]:
+def resume_candidates(run_dir: RunPath, latest: RunPath) -> list[RunPath]:
     """`latest`, then the registered checkpoints before it, newest first: where a resume falls
     back to when the latest is damaged."""
     older = sorted((n for n in registered_checkpoints(run_dir) if n < latest.name), reverse=True)
     return [latest, *(run_dir / n for n in older)]
 
 
-def latest_checkpoint(run_dir: Path) -> Path | None:
+def latest_checkpoint(run_dir: RunPath | str) -> RunPath | None:
     """The checkpoint Ray Train would resume from, or None for a new run."""
+    run_dir = run_path(run_dir) if is_remote(run_dir) else run_dir
     latest = (read_snapshot(run_dir) or {}).get("latest_checkpoint_result")
     if not latest:
         return None
     return run_dir / latest["checkpoint_dir_name"]
 
 
-def prune_untracked_checkpoints(run_dir: Path) -> list[str]:
+def prune_untracked_checkpoints(run_dir: RunPath) -> list[str]:
     """Delete checkpoint directories Ray Train never registered; return their names.
 
     A worker can upload a checkpoint and die before the controller records it (the controller
@@ -105,7 +116,7 @@ def prune_untracked_checkpoints(run_dir: Path) -> list[str]:
         since = lock_taken_at(run_dir)
         if since is None:
             return []
-        doomed = [p for p in checkpoint_dirs(run_dir) if p.stat().st_mtime >= since]
+        doomed = [p for p in checkpoint_dirs(run_dir) if tree_modified_at(p) >= since]
     else:
         tracked = {r["checkpoint_dir_name"] for r in snapshot.get("checkpoint_results", [])}
         newest_tracked = max(tracked, default="")
@@ -113,7 +124,7 @@ def prune_untracked_checkpoints(run_dir: Path) -> list[str]:
             p for p in checkpoint_dirs(run_dir) if p.name not in tracked and p.name > newest_tracked
         ]
     for path in doomed:
-        shutil.rmtree(path, ignore_errors=True)
+        remove_tree(path)
     return [p.name for p in doomed]
 
 
@@ -143,7 +154,7 @@ def recipe_differences(old: dict, new: dict) -> list[str]:
     return diffs
 
 
-def check_resume(cfg: Config, run_dir: Path, dataset_fingerprint: str) -> Path | None:
+def check_resume(cfg: Config, run_dir: RunPath, dataset_fingerprint: str) -> RunPath | None:
     """Raise ResumeRefused when the latest checkpoint is not this recipe on this dataset, or
     when checkpoints lie there that no snapshot records (a new run would delete them)."""
     ckpt = latest_checkpoint(run_dir)
@@ -188,7 +199,7 @@ def check_resume(cfg: Config, run_dir: Path, dataset_fingerprint: str) -> Path |
     return ckpt
 
 
-def _newest_sound(run_dir: Path, latest: Path) -> tuple[Path, TrainState]:
+def _newest_sound(run_dir: RunPath, latest: RunPath) -> tuple[RunPath, TrainState]:
     """The checkpoint a resume will load: `latest`, else the newest registered one before it
     whose train state reads and whose file sizes match its manifest (the workers then verify
     checksums too, and say which file was bad)."""
@@ -207,19 +218,36 @@ def _newest_sound(run_dir: Path, latest: Path) -> tuple[Path, TrainState]:
     )
 
 
-def fresh_run_name(storage: Path, name: str) -> str:
+def fresh_run_name(storage: RunPath | str, name: str) -> str:
     """`name` if unused, else `name-YYYYmmdd-HHMMSS[-n]`, claimed by creating its directory: an
     existing run is never overwritten, and two drivers starting in the same second get two
-    names (mkdir is atomic where a check-then-create is not)."""
+    names (mkdir is atomic where a check-then-create is not). An object store has no
+    directories: there a name is claimed by creating its `CLAIM` object exclusively, and one
+    with objects under it already counts as used."""
+    if is_remote(storage):
+        return _fresh_remote_run_name(run_path(storage), name)
+    storage = Path(storage)
     storage.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    candidates = itertools.chain(
-        [name, f"{name}-{stamp}"], (f"{name}-{stamp}-{n}" for n in itertools.count(2))
-    )
-    for candidate in candidates:
+    for candidate in _candidate_names(name):
         try:
             (storage / candidate).mkdir()
         except FileExistsError:
             continue
         return candidate
+    raise AssertionError("unreachable: the candidates never run out")
+
+
+def _candidate_names(name: str) -> Iterator[str]:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    yield from (name, f"{name}-{stamp}")
+    yield from (f"{name}-{stamp}-{n}" for n in itertools.count(2))
+
+
+def _fresh_remote_run_name(storage: RunPath, name: str) -> str:
+    for candidate in _candidate_names(name):
+        run_dir = storage / candidate
+        if run_dir.exists():  # a run (of any age) is there; a racing claim fails below
+            continue
+        if create_exclusive(run_dir / CLAIM, time.strftime("%Y-%m-%d %H:%M:%S %Z").encode()):
+            return candidate
     raise AssertionError("unreachable: the candidates never run out")

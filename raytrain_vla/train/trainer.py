@@ -8,12 +8,11 @@ the family contract (`models/base.py`); Ray only through the `Session` the worke
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import AbstractContextManager
-from pathlib import Path
+from contextlib import AbstractContextManager, ExitStack
+from pathlib import Path, PurePosixPath
 from typing import Protocol
 
 import numpy as np
@@ -25,6 +24,13 @@ from torch.distributed.fsdp import register_fsdp_forward_method
 from raytrain_vla import policy as policy_lib
 from raytrain_vla.config import Config, check_batch_layout, recipe_hash, to_dict, to_yaml
 from raytrain_vla.data.embodiment import EmbodimentActions
+from raytrain_vla.data.formats.run_storage import (
+    JsonlLog,
+    RunPath,
+    is_remote,
+    local_directory,
+    run_path,
+)
 from raytrain_vla.data.mixture import MixtureView, open_view
 from raytrain_vla.models.registry import family_options, get_family
 from raytrain_vla.policy.format import PolicyMeta, write_policy
@@ -69,13 +75,17 @@ class Session(Protocol):
     world_size: int
     device: torch.device
 
-    def latest_checkpoint(self) -> AbstractContextManager[Path | None]: ...
+    def latest_checkpoint(self) -> AbstractContextManager[Path | str | None]:
+        """The checkpoint to resume from: a local directory, or (run storage in an object store)
+        its path in that store, of which the trainer uses the name."""
+        ...
 
     def report(self, metrics: dict, checkpoint_dir: Path | None = None) -> None: ...
 
 
-def run_dir_of(cfg: Config) -> Path:
-    return Path(cfg.ray.storage_path).expanduser().resolve() / cfg.ray.run_name
+def run_dir_of(cfg: Config) -> RunPath:
+    """`ray.storage_path/run_name`: a local Path, or a UPath when storage is a URI."""
+    return run_path(cfg.ray.storage_path) / cfg.ray.run_name
 
 
 def _due(done: int, interval: int, total: int) -> bool:
@@ -110,6 +120,7 @@ class Trainer:
         demo = not self.mixture and is_demo_dataset(cfg.data.root)
         self.eval_episodes = cfg.eval.episodes if demo else 0
         self.logger = self._open_logger() if self.rank == 0 else None
+        self.samples = self._open_samples_log()
         self.val = self._val_batches()
 
     # -- build ---------------------------------------------------------------------------
@@ -159,10 +170,10 @@ class Trainer:
 
     def _restore(self) -> int:
         """The step to start from: 0, or the latest checkpoint's after loading it."""
-        with self.session.latest_checkpoint() as ckpt_dir:
+        with self.session.latest_checkpoint() as ckpt_dir, ExitStack() as copies:
             if ckpt_dir is None:
                 return 0
-            chosen = self._sound_checkpoint(Path(ckpt_dir))
+            chosen = self._sound_checkpoint(self._in_storage(ckpt_dir), copies)
             state = load_checkpoint(
                 chosen, self.model, self.optimizer, self.scheduler, self.rank, self.world,
                 self.frozen,
@@ -182,15 +193,23 @@ class Trainer:
         check_frozen(state, self.frozen_sum, init_source)
         return state.step
 
-    def _sound_checkpoint(self, latest: Path) -> Path:
+    def _in_storage(self, located: Path | str) -> RunPath:
+        """The session's checkpoint as a path in the run directory (see `Session`)."""
+        if is_remote(self.run_dir):
+            return self.run_dir / PurePosixPath(str(located)).name
+        return Path(located)
+
+    def _sound_checkpoint(self, latest: RunPath, copies: ExitStack) -> Path:
         """`latest`, or the newest registered checkpoint before it whose files all match their
-        manifest: a damaged one is named in one line and skipped, never loaded or retried."""
+        manifest: a damaged one is named in one line and skipped, never loaded or retried.
+        From an object store each candidate is downloaded (into `copies`) and checked there."""
         for candidate in resume_candidates(self.run_dir, latest):
-            problems = all_problems(candidate, self.rank, self.world)
+            local = copies.enter_context(local_directory(candidate))
+            problems = all_problems(local, self.rank, self.world)
             if not problems:
                 try:
-                    read_train_state(candidate)
-                    return candidate
+                    read_train_state(local)
+                    return local
                 except ValueError as err:
                     problems = [str(err)]
             if self.rank == 0:
@@ -254,6 +273,13 @@ class Trainer:
     def _next_micro_batches(self, batches: Iterator[dict]) -> list[dict]:
         return [self.processor.collate(next(batches), self.device) for _ in range(self.accum)]
 
+    def _open_samples_log(self) -> JsonlLog | None:
+        """`samples.jsonl`: every rank appends its own lines locally; an object store has no
+        append, so there rank 0 gathers every rank's lines and alone writes the object."""
+        if not self.cfg.debug.log_sample_ids or (is_remote(self.run_dir) and self.rank != 0):
+            return None
+        return JsonlLog(self.run_dir / "samples.jsonl")
+
     def _log_sample_ids(self, step: int, micro: list[dict]) -> None:
         if not self.cfg.debug.log_sample_ids:
             return
@@ -265,8 +291,13 @@ class Trainer:
                 for i, d in zip(ids, source.dataset_of(ids).tolist(), strict=True)
             ]
         record = {"step": step, "rank": self.rank, "world_size": self.world, "ids": ids}
-        with (self.run_dir / "samples.jsonl").open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        records = [record]
+        if is_remote(self.run_dir) and dist.is_initialized():  # collective
+            records = [None] * self.world
+            dist.all_gather_object(records, record)
+        if self.samples is not None:
+            for r in records:
+                self.samples.write(r)
 
     # -- interval hooks ------------------------------------------------------------------------
     def _val_batches(self) -> list[tuple[str, list]]:
@@ -347,6 +378,8 @@ class Trainer:
                 to_yaml(cfg), self.view.normalizer, self.policy_meta, self.frozen,
             )  # fmt: skip
             faults.in_checkpoint_write(cfg.debug, done, self.rank, self.run_dir)
+            if self.logger:  # lines of steps up to a checkpoint are never lost (object stores)
+                self.logger.flush()
             self.session.report(report, checkpoint_dir=Path(tmp))
 
     def _closed_loop_now(self) -> dict[str, float]:

@@ -27,10 +27,13 @@ class RayTrainSession:
         self.device = ray.train.torch.get_device()
 
     @contextmanager
-    def latest_checkpoint(self) -> Iterator[Path | None]:
+    def latest_checkpoint(self) -> Iterator[Path | str | None]:
         checkpoint = ray.train.get_checkpoint()
         if checkpoint is None:
             yield None
+            return
+        if checkpoint.filesystem.type_name != "local":  # the trainer downloads what it loads
+            yield checkpoint.path
             return
         with checkpoint.as_directory() as directory:
             yield Path(directory)

@@ -8,6 +8,7 @@ same sweep name restores the Tune experiment: finished trials are not run again.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import shutil
 from pathlib import Path
@@ -20,6 +21,12 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 from ray.tune.search import BasicVariantGenerator
 
 from raytrain_vla.config import Config, to_dict, to_yaml
+from raytrain_vla.data.formats.run_storage import (
+    RunPath,
+    is_remote,
+    local_directory,
+    upload_directory,
+)
 from raytrain_vla.train.launch import build_trainer
 from raytrain_vla.tuning.space import Space, SpaceError, trial_config
 
@@ -106,7 +113,7 @@ def run_trial(sampled: dict, space: Space, base: Config, trials_dir: str) -> Non
     build_trainer(cfg, callbacks=[ValidationReports(space.metric)]).fit()
 
 
-def record_sweep(sweep_dir: Path, space: Space, base: Config) -> None:
+def record_sweep(sweep_dir: RunPath, space: Space, base: Config) -> None:
     """Write what the sweep was started with, or refuse a re-run that changed it."""
     record = {"space": yaml.safe_load(space.path.read_text()), "base_config": to_dict(base)}
     for key in ("ray", "logging"):
@@ -121,11 +128,12 @@ def record_sweep(sweep_dir: Path, space: Space, base: Config) -> None:
                 f"{' and '.join(changed)}; use another --name"
             )
         return
-    sweep_dir.mkdir(parents=True, exist_ok=True)
+    if not is_remote(sweep_dir):
+        sweep_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(record, sort_keys=False))
 
 
-def build_tuner(space: Space, base: Config, sweep_dir: Path) -> tune.Tuner:
+def build_tuner(space: Space, base: Config, sweep_dir: RunPath) -> tune.Tuner:
     trainable = tune.with_resources(
         tune.with_parameters(
             run_trial, space=space, base=base, trials_dir=str(sweep_dir / "trials")
@@ -180,12 +188,13 @@ def results_table(result_grid, space: Space, base: Config) -> list[dict]:
     return rows
 
 
-def write_results(rows: list[dict], sweep_dir: Path) -> Path:
+def write_results(rows: list[dict], sweep_dir: RunPath) -> RunPath:
     path = sweep_dir / "results.csv"
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    text = io.StringIO()  # one write: an object store has no append
+    writer = csv.DictWriter(text, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    path.write_text(text.getvalue())
     return path
 
 
@@ -209,7 +218,7 @@ def best_row(rows: list[dict], space: Space) -> dict | None:
     return finished[0] if finished else None  # rows are sorted best first
 
 
-def write_best(best: dict, space: Space, base: Config, sweep_dir: Path) -> tuple[Path, dict]:
+def write_best(best: dict, space: Space, base: Config, sweep_dir: RunPath) -> tuple[RunPath, dict]:
     """`best_config.yaml` (trainable with `run --config`) and a copy of the best trial's policy."""
     sampled = {p.key: best[p.key] for p in space.params if best[p.key] != ""}
     cfg, _ = trial_config(space, base, sampled)
@@ -221,7 +230,15 @@ def write_best(best: dict, space: Space, base: Config, sweep_dir: Path) -> tuple
     trial_dir = sweep_dir / "trials" / trial_run_name(best["trial_id"])
     info = {"trial_id": best["trial_id"], "run_dir": str(trial_dir), "export": None}
     if (trial_dir / "export" / "model.safetensors").is_file():
-        shutil.copytree(trial_dir / "export", sweep_dir / "best_policy", dirs_exist_ok=True)
+        _copy_policy(trial_dir / "export", sweep_dir / "best_policy")
         info["export"] = str(sweep_dir / "best_policy")
     (sweep_dir / "best_trial.json").write_text(json.dumps(info, indent=2))
     return path, info
+
+
+def _copy_policy(src: RunPath, dst: RunPath) -> None:
+    if not is_remote(dst):
+        shutil.copytree(src, dst, dirs_exist_ok=True)
+        return
+    with local_directory(src) as local:
+        upload_directory(local, dst)

@@ -132,9 +132,10 @@ def test_relative_paths_are_resolved_on_the_driver(tmp_path, monkeypatch):
     assert cfg.data.root == str(tmp_path / "data" / "x")
 
 
-def test_uri_storage_is_refused_with_the_key_named():
-    with pytest.raises(ConfigError, match="'ray.storage_path': 's3://b/runs' is a URI"):
-        absolute_paths(parse_cli(["--ray.storage_path=s3://b/runs"]))
+def test_uri_storage_is_kept_as_typed():
+    assert absolute_paths(parse_cli(["--ray.storage_path=s3://b/runs/"])).ray.storage_path == (
+        "s3://b/runs"
+    )
 
 
 @pytest.mark.parametrize(

@@ -74,13 +74,16 @@ def test_a_video_missing_on_s3_is_named_at_open(copies, s3):
         LeRobotSource(LeRobotMeta.load(broken), chunk_size=10)
 
 
-def test_a_uri_data_root_is_kept_as_typed_and_a_uri_storage_path_is_refused():
-    from raytrain_vla.config import ConfigError, absolute_paths, load_config
+def test_a_uri_data_root_and_a_uri_storage_path_are_kept_as_typed():
+    from raytrain_vla.config import absolute_paths, load_config
 
-    cfg = absolute_paths(load_config(None, ["--data.root=s3://bucket/datasets/arm/"]))
+    cfg = absolute_paths(
+        load_config(
+            None, ["--data.root=s3://bucket/datasets/arm/", "--ray.storage_path=s3://bucket/runs/"]
+        )
+    )
     assert cfg.data.root == "s3://bucket/datasets/arm"
-    with pytest.raises(ConfigError, match="'ray.storage_path'.*is a URI.*data.root may be a URI"):
-        absolute_paths(load_config(None, ["--ray.storage_path=s3://bucket/runs"]))
+    assert cfg.ray.storage_path == "s3://bucket/runs"
 
 
 def test_shards_on_object_storage_are_refused_with_the_way_out():
