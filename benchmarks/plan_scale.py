@@ -36,7 +36,7 @@ import tracemalloc
 
 from raytrain_vla.data.formats.lerobot_source import LeRobotSource
 from raytrain_vla.data.mixture_plan import MixturePlan
-from raytrain_vla.data.plan import SamplePlan, cut_tasks
+from raytrain_vla.data.plan import SamplePlan, rank_read_tasks
 from raytrain_vla.data.synthetic_index import ACTION_DIM, CAMERAS, STATE_DIM, synthetic_meta
 
 
@@ -55,8 +55,9 @@ def before_bytes(frames: int, episodes: int, world: int, global_batch: int) -> d
 
 def first_task(plan: SamplePlan, source: LeRobotSource, step: int, rank: int, world: int,
                samples_per_task: int, micro: int) -> tuple[dict, int]:  # fmt: skip
-    steps = plan.iter_rank_work(step, step + 10 * plan.steps_per_epoch, rank, world)
-    ids, epochs = next(cut_tasks(steps, samples_per_task, micro))
+    """The rank's first read task from `step`, cut as training cuts it (`rank_read_tasks`)."""
+    end = step + 10 * plan.steps_per_epoch
+    ids, epochs = next(rank_read_tasks(plan, step, end, rank, world, samples_per_task, micro))
     item = {"read": source.reader(ids), "epochs": epochs}
     return item, len(pickle.dumps(item))
 

@@ -1,5 +1,6 @@
-"""`python -m raytrain_vla.eval POLICY_DIR [--episodes N] [--seed S] [--n-action-steps K]`:
-closed-loop success on the demo task, next to a random and an instruction-blind baseline.
+"""`python -m raytrain_vla.eval POLICY_DIR [--episodes N] [--seed S] [--n-action-steps K]
+[--embodiment NAME]`: closed-loop success on the demo task, next to a random and an
+instruction-blind baseline. A policy trained on a mixture is scored as its robot NAME.
 
 Prints one JSON line with the success rate and mean final distance of each.
 """
@@ -27,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--seed", type=int, default=1000, help="scenes differ from training's")
     parser.add_argument("--n-action-steps", type=int, default=0, help="0: the whole chunk")
+    parser.add_argument("--embodiment", default=None, help="a mixture policy's robot to score")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.episodes < 1:
         print("error: --episodes must be at least 1", file=sys.stderr)
@@ -35,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
         policy = policy_lib.load(
             args.policy_dir, seed=args.seed, n_action_steps=args.n_action_steps
         )
+        if args.embodiment is not None or policy.meta.embodiments:
+            policy.meta.embodiment(args.embodiment)  # a missing or unknown name: one line
+            policy = policy.for_embodiment(args.embodiment)
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -73,9 +73,10 @@ class DataConfig:
     # Ray Data: at most this many samples per read task. Tasks also end where the plan's
     # shuffle window changes (see read_tasks_follow_windows) and at read_task_max_mb.
     samples_per_read_task: int = 2048
-    # Cut read tasks on shuffle-window boundaries, so each task decodes the spans of one
-    # window together (fewer GOPs decoded twice); applies when a window spans at least one
-    # global batch (preflight says when not). The order of samples is the same either way.
+    # Cut read tasks on shuffle-window boundaries (whole windows, packed up to the caps), so
+    # each window's spans are decoded together (fewer GOPs decoded twice); applies when a
+    # window spans at least one global batch (preflight says when not). The order of samples
+    # is the same either way.
     read_tasks_follow_windows: bool = True
     # Cap on the decoded frames one read task holds (all cameras, before any resize), in MiB.
     read_task_max_mb: int = 256

@@ -299,38 +299,92 @@ def read_tasks(work: np.ndarray, samples_per_task: int, micro_batch: int) -> lis
     return [work[i : i + size] for i in range(0, len(work), size)]
 
 
+def _as_task(ids: list[np.ndarray], epochs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    return np.concatenate(ids), np.concatenate(epochs)
+
+
 def cut_tasks(
     steps: Iterable[tuple[np.ndarray, int | np.ndarray]],
     samples_per_task: int,
     micro_batch: int,
-    groups: Iterable[object] | None = None,
+    groups: Iterable[tuple[int, int]] | None = None,
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(ids, epoch per id) read tasks from per-step (ids, epoch or epoch per id) work, cut exactly as
-    `read_tasks` cuts the concatenated work, but holding one task's worth at a time.
+    """(ids, epoch per id) read tasks from per-step (ids, epoch or epoch per id) work, holding
+    one task's worth at a time. Without `groups`, cut exactly as `read_tasks` cuts the
+    concatenated work.
 
-    With `groups` (one key per step), a task also ends where the key changes, so that a task
-    holds one group's samples (see `SamplePlan.window_groups`).
+    With `groups` (one (epoch, window) key per step, `SamplePlan.window_groups`), a task holds
+    whole groups, packed while the next one fits, so that no group's samples are split between
+    tasks (each task decodes its windows' spans together) unless one group alone exceeds the
+    size; and a task never spans two epochs. A key is read before its step's ids, so the next
+    epoch's order is computed only when its first task is.
     """
     size = task_size(samples_per_task, micro_batch)
+    if groups is None:
+        yield from _cut_by_size(steps, size)
+        return
+    packer = _Packer(size)
+    steps = iter(steps)
     ids: list[np.ndarray] = []
     epochs: list[np.ndarray] = []
     held, current = 0, None
-    keys = iter(groups) if groups is not None else None
-    for step_ids, epoch in steps:
-        key = next(keys) if keys is not None else None
+    for key in groups:
         if held and key != current:
-            yield np.concatenate(ids), np.concatenate(epochs)
+            yield from packer.add(ids, epochs, held, epoch_ends=key[0] != current[0])
             ids, epochs, held = [], [], 0
         current = key
+        step_ids, epoch = next(steps)
+        ids.append(np.asarray(step_ids, np.int64))
+        epochs.append(np.broadcast_to(np.asarray(epoch, np.int64), len(step_ids)).copy())
+        held += len(step_ids)
+    if held:
+        yield from packer.add(ids, epochs, held, epoch_ends=True)
+
+
+class _Packer:
+    """Whole groups of samples packed into tasks of at most `size`."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.ids: list[np.ndarray] = []
+        self.epochs: list[np.ndarray] = []
+        self.held = 0
+
+    def add(
+        self, ids: list[np.ndarray], epochs: list[np.ndarray], held: int, epoch_ends: bool
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The tasks this group completes: the open task first if the group does not fit in
+        it, then full tasks if the group alone is larger, then the rest at an epoch's end."""
+        if self.held and self.held + held > self.size:
+            yield self._take(self.held)
+        self.ids, self.epochs, self.held = self.ids + ids, self.epochs + epochs, self.held + held
+        while self.held >= self.size:
+            yield self._take(self.size)
+        if epoch_ends and self.held:
+            yield self._take(self.held)
+
+    def _take(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        all_ids, all_epochs = _as_task(self.ids, self.epochs)
+        self.ids, self.epochs, self.held = [all_ids[n:]], [all_epochs[n:]], self.held - n
+        return all_ids[:n], all_epochs[:n]
+
+
+def _cut_by_size(
+    steps: Iterable[tuple[np.ndarray, int | np.ndarray]], size: int
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    ids: list[np.ndarray] = []
+    epochs: list[np.ndarray] = []
+    held = 0
+    for step_ids, epoch in steps:
         ids.append(np.asarray(step_ids, np.int64))
         epochs.append(np.broadcast_to(np.asarray(epoch, np.int64), len(step_ids)).copy())
         held += len(step_ids)
         while held >= size:
-            all_ids, all_epochs = np.concatenate(ids), np.concatenate(epochs)
+            all_ids, all_epochs = _as_task(ids, epochs)
             yield all_ids[:size], all_epochs[:size]
             ids, epochs, held = [all_ids[size:]], [all_epochs[size:]], held - size
     if held:
-        yield np.concatenate(ids), np.concatenate(epochs)
+        yield _as_task(ids, epochs)
 
 
 class RankPlan(Protocol):
@@ -354,7 +408,8 @@ def rank_read_tasks(
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:  # fmt: skip
     """The rank's read tasks for steps [start_step, end_step) as training cuts them: at most
     `max_samples` each, ending on micro-batch boundaries and, when `follow_windows` and a
-    shuffle window spans at least one global batch, where the step's window changes."""
+    shuffle window spans at least one global batch, holding whole shuffle windows (packed up
+    to `max_samples`, never two epochs; see `cut_tasks`)."""
     steps = plan.iter_rank_work(start_step, end_step, rank, world_size)
     follow = follow_windows and plan.shuffle_window >= plan.global_batch_size
     groups = plan.window_groups(start_step, end_step, rank, world_size) if follow else None

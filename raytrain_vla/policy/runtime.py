@@ -209,6 +209,10 @@ class Policy(ModelHubMixin):
         actions = self.processor.decode_actions(actions.float())
         return emb.robot_actions(actions) if emb is not None else actions
 
+    def for_embodiment(self, name: str) -> RobotPolicy:
+        """This mixture policy for one of its robots, with the single-robot calls."""
+        return RobotPolicy(self, name)
+
     def to(self, device: str | torch.device) -> Policy:
         self.device = torch.device(device)
         self.model.to(self.device)
@@ -252,6 +256,47 @@ class Policy(ModelHubMixin):
                 snapshot_download(model_id, **{k: hub_kwargs[k] for k in keep if k in hub_kwargs})
             )
         return load(path, seed=seed, n_action_steps=n_action_steps, device=device)
+
+
+class RobotPolicy:
+    """One robot of a mixture policy behind the single-robot calls (`select_action`,
+    `predict_action_chunk`, `reset`, sizes and cameras), so closed-loop evaluation and robot
+    code written for one dataset's policy run it unchanged."""
+
+    def __init__(self, policy: Policy, name: str):
+        self.policy, self.name = policy, name
+        self.embodiment = policy.meta.embodiment(name)
+
+    @property
+    def camera_keys(self) -> list[str]:
+        return list(self.embodiment.camera_keys)
+
+    @property
+    def camera_shapes(self) -> dict[str, tuple[int, int, int]]:
+        """(C, H, W) of each camera as the model sees it (the mixture's image size)."""
+        return {k: (3, *self.policy.meta.layout.image_hw) for k in self.camera_keys}
+
+    @property
+    def state_dim(self) -> int:
+        return self.embodiment.state_dim
+
+    @property
+    def action_dim(self) -> int:
+        return self.embodiment.action_dim
+
+    def reset(self) -> None:
+        self.policy.reset()
+
+    def select_action(self, observation: dict) -> np.ndarray | torch.Tensor:
+        return self.policy.select_action(observation, embodiment=self.name)
+
+    def predict_action_chunk(
+        self, observation: dict, noise: torch.Tensor | None = None
+    ) -> torch.Tensor | np.ndarray:
+        return self.policy.predict_action_chunk(observation, noise, embodiment=self.name)
+
+    def predict_action(self, observation: dict) -> np.ndarray:
+        return self.policy.predict_action(observation, embodiment=self.name)
 
 
 def from_state(

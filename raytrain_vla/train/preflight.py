@@ -81,13 +81,17 @@ def _mixture_findings(cfg: Config) -> list[Finding]:
             own = _image_token_findings(sub, meta, budget) + _text_findings(sub, meta, budget)
         findings += [Finding(f.level, f"data.mixture {name!r}: {f.message}") for f in own]
     findings += _unused_data_findings(cfg)
+    demos = [name for name, sub, _ in metas if is_demo_dataset(sub.data.root)]
     if cfg.eval.episodes > 0:
         findings.append(
             Finding(
                 "note",
-                f"eval.episodes={cfg.eval.episodes} is skipped: closed-loop scoring runs the "
-                "demo task's simulator on one dataset, not a mixture (eval.episodes=0 silences "
-                "this)",
+                f"eval.episodes={cfg.eval.episodes}: closed-loop scoring runs the demo task as "
+                f"robot {demos[0]!r}"
+                if demos
+                else f"eval.episodes={cfg.eval.episodes} is skipped: closed-loop scoring runs "
+                "the demo task's simulator, and no dataset of the mixture is the demo dataset "
+                "(eval.episodes=0 silences this)",
             )
         )
     return findings

@@ -117,7 +117,12 @@ class Trainer:
         self.run_dir = run_dir_of(cfg)
         self._build()
         self.start_step = self._restore()
-        demo = not self.mixture and is_demo_dataset(cfg.data.root)
+        # Closed-loop scoring needs the demo task's data: the run's, or a mixture's demo member.
+        self.eval_robot = None
+        if self.mixture:
+            demos = [e.name for e in self.mixture.embodiments if is_demo_dataset(e.root)]
+            self.eval_robot = demos[0] if demos else None
+        demo = self.eval_robot is not None or (not self.mixture and is_demo_dataset(cfg.data.root))
         self.eval_episodes = cfg.eval.episodes if demo else 0
         self.logger = self._open_logger() if self.rank == 0 else None
         self.samples = self._open_samples_log()
@@ -222,9 +227,8 @@ class Trainer:
     def _open_logger(self) -> MetricsLogger:
         cfg = self.cfg
         if cfg.eval.episodes and not self.eval_episodes:
-            print(
-                f"[raytrain_vla] eval.episodes ignored: {cfg.data.root} is not the demo task's data"
-            )
+            data = "no dataset of data.mixture is" if self.mixture else f"{cfg.data.root} is not"
+            print(f"[raytrain_vla] eval.episodes ignored: {data} the demo task's data")
         for name in prune_untracked_checkpoints(self.run_dir):
             print(f"[raytrain_vla] removed unregistered checkpoint {self.run_dir / name}")
         for note in self.family.notes(self.model_config):
@@ -391,6 +395,7 @@ class Trainer:
         live = policy_lib.from_state(
             state, self.policy_meta, self.view.normalizer, ev.seed, ev.n_action_steps
         )
+        live = live.for_embodiment(self.eval_robot) if self.eval_robot else live
         result = run_episodes(
             "policy", live.select_action, live.reset, self.eval_episodes, ev.seed,
             render_size(live),
@@ -414,6 +419,8 @@ class Trainer:
         if self.eval_episodes:
             ev = self.cfg.eval
             exported = policy_lib.load(export_dir, seed=ev.seed, n_action_steps=ev.n_action_steps)
+            if self.eval_robot:
+                exported = exported.for_embodiment(self.eval_robot)
             results = evaluate(exported, self.eval_episodes, ev.seed, record=ev.rollouts_logged)
             self.logger.log_eval(self.cfg.train.steps, results)
         self.logger.close()

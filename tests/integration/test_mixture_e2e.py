@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from _runs import short_run_args
 
+from raytrain_vla import eval as eval_cli
 from raytrain_vla import policy, report, run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -49,7 +50,9 @@ def test_a_mixture_trains_alike_on_any_world_size_resumes_and_exports_per_robot(
     steps = 6
     args = lambda name, n, *extra: _args(demo_root, arm, runs, name, n, *extra)  # noqa: E731
     val = "--train.val_interval=3"
-    assert run.main(args("w2", steps, "--ray.num_workers=2", val)) == 0
+    # The demo member is scored in closed loop as robot "demo" at the end of the run.
+    evals = ("--eval.episodes=2", "--eval.at_validation=false")
+    assert run.main(args("w2", steps, "--ray.num_workers=2", val, *evals)) == 0
     # One worker, stopped at the step-3 checkpoint, then resumed to the end.
     assert run.main(args("w1", 3, "--ray.num_workers=1", val)) == 0
     assert run.main(args("w1", steps, "--ray.num_workers=1", val)) == 0
@@ -82,5 +85,11 @@ def test_a_mixture_trains_alike_on_any_world_size_resumes_and_exports_per_robot(
     arm_obs |= {"observation.state": np.zeros(6, np.float32), "task": "pick up the red cube"}
     assert exported.predict_action(demo_obs, embodiment="demo").shape == (8, 2)
     assert exported.predict_action(arm_obs, embodiment="arm").shape == (8, 6)
+    scored = [r for r in rows if r["kind"] == "eval"]
+    assert scored and 0.0 <= scored[-1]["policy_success_rate"] <= 1.0
+    assert eval_cli.main([str(runs / "w2" / "export"), "--episodes", "1"]) == 1  # which robot?
+    assert (
+        eval_cli.main([str(runs / "w2" / "export"), "--episodes", "1", "--embodiment", "demo"]) == 0
+    )
     assert report.main([str(runs / "w2")]) == 0
     assert (runs / "w2" / "report" / "predictions.png").is_file()

@@ -288,8 +288,15 @@ def test_a_mixture_policy_predicts_for_the_named_robot_in_its_own_units(
         rtol=1e-5,
         atol=1e-5,
     )
+    robot = policy.for_embodiment("arm")  # the single-robot calls
+    assert (robot.action_dim, robot.state_dim, robot.camera_keys) == (6, 6, list(ARM_CAMERAS))
+    np.testing.assert_allclose(
+        robot.predict_action_chunk(obs, noise=noise), expect.numpy(), rtol=1e-5, atol=1e-5
+    )
     with pytest.raises(ValueError, match="one of"):
         policy.predict_action(obs)
+    with pytest.raises(ValueError, match="one of"):
+        policy.for_embodiment("nope")
     with pytest.raises(ValueError, match="missing.*observation.image'"):  # the demo's camera
         policy.predict_action(obs, embodiment="demo")
 

@@ -10,7 +10,7 @@ from _paths import fixtures_root
 from raytrain_vla.data.formats.lerobot import LeRobotMeta
 from raytrain_vla.data.formats.lerobot_source import LeRobotSource
 from raytrain_vla.data.formats.row_groups import cache_stats, read_rows
-from raytrain_vla.data.plan import SamplePlan, cut_tasks, read_tasks
+from raytrain_vla.data.plan import SamplePlan, cut_tasks, rank_read_tasks, read_tasks
 from raytrain_vla.data.synthetic_index import synthetic_meta
 
 
@@ -71,24 +71,50 @@ def test_tasks_cut_step_by_step_equal_tasks_cut_from_the_whole_work(micro, per_t
         np.testing.assert_array_equal(ep, want_ep)
 
 
-@pytest.mark.parametrize("world, start", [(1, 0), (2, 0), (4, 37), (8, 5)])
-def test_window_tasks_keep_the_order_and_hold_one_window_each(world, start):
+@pytest.mark.parametrize("world, start", [(1, 0), (2, 0), (4, 37), (8, 5), (32, 11)])
+@pytest.mark.parametrize("cap", [128, 32])
+def test_window_tasks_keep_the_order_and_pack_whole_windows(world, start, cap):
+    """Tasks hold whole (epoch, window) groups packed up to the cap: a group is split only when
+    it alone exceeds the cap, a task never spans two epochs, and a task ends early only where
+    the next group would not fit. Large worlds (a few samples of a window per rank) thus get
+    full tasks, not one tiny task per window."""
     lengths = np.full(40, 50)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     plan = SamplePlan.from_runs(starts, lengths, seed=1, global_batch_size=64, shuffle_window=256)
     end = start + 2 * plan.steps_per_epoch
-    groups = plan.window_groups(start, end, 0, world)
-    tasks = list(cut_tasks(plan.iter_rank_work(start, end, 0, world), 10_000, 4, groups))
+    tasks = list(rank_read_tasks(plan, start, end, 0, world, cap, 2))
     np.testing.assert_array_equal(
         np.concatenate([ids for ids, _ in tasks]), plan.rank_work(start, end, 0, world)
     )
-    for ids, epochs in tasks:
-        assert len(set(epochs.tolist())) == 1
-        perm = plan.permutation(int(epochs[0]))
-        windows = {int(np.flatnonzero(perm == i)[0]) // 256 for i in ids}
-        assert len(windows) <= 2  # a rank slice can straddle a window edge, nothing more
-    per_window = 256 // world
-    assert max(len(ids) for ids, _ in tasks) <= per_window + 64 // world
+    per_rank = 64 // world
+    keys = list(plan.window_groups(start, end, 0, world))
+    group_of_sample = np.repeat(np.unique(keys, axis=0, return_inverse=True)[1], per_rank)
+    group_size = np.bincount(group_of_sample)
+    task_of_sample = np.repeat(np.arange(len(tasks)), [len(ids) for ids, _ in tasks])
+    for g in np.unique(group_of_sample):
+        holders = np.unique(task_of_sample[group_of_sample == g])
+        assert len(holders) == 1 or group_size[g] > cap
+    at = 0
+    for t, (ids, epochs) in enumerate(tasks):
+        assert len(ids) <= cap and len(set(epochs.tolist())) == 1
+        at += len(ids)
+        if t + 1 < len(tasks) and tasks[t + 1][1][0] == epochs[0] and group_size.max() <= cap:
+            next_group = group_of_sample[at]  # the next task starts with a whole group
+            assert len(ids) + group_size[next_group] > cap
+    if world == 32 and cap == 128:  # 2 samples of each window per rank, 62 an epoch: one
+        assert len(tasks) == len({int(e[0]) for _, e in tasks})  # task per epoch, not per window
+
+
+def test_the_next_epoch_is_computed_only_when_its_first_task_is():
+    lengths = np.full(40, 50)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    plan = SamplePlan.from_runs(starts, lengths, seed=1, global_batch_size=64, shuffle_window=256)
+    last_steps = plan.steps_per_epoch - 3
+    tasks = rank_read_tasks(plan, last_steps, 2 * plan.steps_per_epoch, 0, 2, 10_000, 2)
+    ids, epochs = next(tasks)
+    assert set(epochs.tolist()) == {0} and len(ids) == 3 * 32
+    assert plan._epoch_blocks[0] == 0  # epoch 1's order not computed yet
+    assert set(next(tasks)[1].tolist()) == {1}
 
 
 def test_a_read_task_is_capped_by_its_decoded_bytes():
