@@ -52,7 +52,12 @@ def summarize(cfg: Config, metrics: dict, seconds: float) -> dict:
         "export": str(run_dir / "export"),
         "wall_s": round(seconds, 1),
     }
-    scores = _last_eval_record(run_dir)
+    if cfg.data.mixture:  # each robot against its own mean action, from the last validation
+        last_val = _last_record(run_dir, "val")
+        summary["val_mse_ratio_per_dataset"] = {
+            e.name: last_val.get(f"val_mse_ratio/{e.name}") for e in cfg.data.mixture
+        }
+    scores = _last_record(run_dir, "eval")
     if scores:  # the closed-loop evaluation at the end of the run (eval.episodes)
         summary["closed_loop_success"] = {
             k.removesuffix("_success_rate"): v for k, v in scores.items() if "success" in k
@@ -60,12 +65,12 @@ def summarize(cfg: Config, metrics: dict, seconds: float) -> dict:
     return summary
 
 
-def _last_eval_record(run_dir: RunPath) -> dict:
+def _last_record(run_dir: RunPath, kind: str) -> dict:
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         return {}
     records = [json.loads(line) for line in path.read_text().splitlines()]
-    return next((r for r in reversed(records) if r["kind"] == "eval"), {})
+    return next((r for r in reversed(records) if r["kind"] == kind), {})
 
 
 def _last_line(err: BaseException) -> str:

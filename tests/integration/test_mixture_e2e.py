@@ -43,7 +43,7 @@ def _global_batches(run_dir: Path) -> dict[int, list[str]]:
 
 
 def test_a_mixture_trains_alike_on_any_world_size_resumes_and_exports_per_robot(
-    demo_root, tmp_path
+    demo_root, tmp_path, capsys
 ):
     arm = write_arm_dataset(tmp_path / "arm", lengths=(30, 22, 25, 28, 31, 26), cameras=ARM_CAMERAS)
     runs = tmp_path / "runs"
@@ -53,6 +53,10 @@ def test_a_mixture_trains_alike_on_any_world_size_resumes_and_exports_per_robot(
     # The demo member is scored in closed loop as robot "demo" at the end of the run.
     evals = ("--eval.episodes=2", "--eval.at_validation=false")
     assert run.main(args("w2", steps, "--ray.num_workers=2", val, *evals)) == 0
+    lines = capsys.readouterr().out.splitlines()
+    summary = json.loads(next(ln for ln in lines if ln.startswith("summary: "))[9:])
+    assert set(summary["val_mse_ratio_per_dataset"]) == set(WEIGHTS)
+    assert all(v > 0 for v in summary["val_mse_ratio_per_dataset"].values())
     # One worker, stopped at the step-3 checkpoint, then resumed to the end.
     assert run.main(args("w1", 3, "--ray.num_workers=1", val)) == 0
     assert run.main(args("w1", steps, "--ray.num_workers=1", val)) == 0
