@@ -6,6 +6,12 @@ computed step by step as the segments need it) into read tasks. A task carries i
 (`preserve_order`), so the loop sees exactly the plan's order whatever the timing.
 `streaming_split` is not used: its block assignment is not deterministic.
 
+A materialised segment is read block by block here, not through `Dataset.iter_batches`: in Ray
+2.60 that leaves its prefetch thread alive, holding the blocks it last prefetched, whenever the
+consumer stops before the end (the thread is stopped only at exhaustion). A loop that stops
+early (a run's last step, a first-batch timing, a notebook) would keep each such segment in the
+object store until it spills.
+
 The work list is executed in bounded segments: segment i+1 is materialised by Ray Data in the
 background while the loop consumes segment i. One long streaming execution would do the same
 in theory, but Ray Data 2.60's scheduling loop busy-polls inside the consuming (training)
@@ -24,6 +30,7 @@ from typing import Protocol
 
 import numpy as np
 import ray
+from ray.data.block import BlockAccessor
 from ray.util.debug import log_once
 
 from raytrain_vla.data.plan import read_tasks
@@ -131,6 +138,33 @@ def iter_rank_batches(
                 if upcoming is None
                 else pool.submit(_materialize, source, upcoming, num_cpus_per_task, post)
             )
-            yield from ds.iter_batches(
-                batch_size=micro_batch, batch_format="numpy", prefetch_batches=1
-            )
+            yield from _segment_batches(ds, micro_batch)
+
+
+def _segment_batches(ds: ray.data.Dataset, micro_batch: int) -> Iterator[dict[str, np.ndarray]]:
+    """Micro-batches of a materialised segment, in block order (the last one may be short).
+
+    The next block's transfer is started before the current one is sliced: a non-blocking
+    `ray.wait(fetch_local=True)`, as Ray Data's own prefetcher does, without its thread.
+    """
+    refs = ds.get_internal_block_refs()
+    carry: dict[str, np.ndarray] | None = None
+    for i, ref in enumerate(refs):
+        if i + 1 < len(refs):
+            ray.wait(refs[i + 1 : i + 2], timeout=0, fetch_local=True)
+        cols = BlockAccessor.for_block(ray.get(ref)).to_batch_format("numpy")
+        rows, start = len(next(iter(cols.values()))), 0
+        if carry is not None:
+            start = min(micro_batch - len(carry["sample_id"]), rows)
+            carry = {k: np.concatenate([v, cols[k][:start]]) for k, v in carry.items()}
+            if len(carry["sample_id"]) < micro_batch:
+                continue
+            yield carry
+            carry = None
+        while rows - start >= micro_batch:
+            yield {k: v[start : start + micro_batch] for k, v in cols.items()}
+            start += micro_batch
+        if start < rows:
+            carry = {k: v[start:] for k, v in cols.items()}
+    if carry is not None:
+        yield carry

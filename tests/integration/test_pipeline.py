@@ -1,0 +1,71 @@
+"""The per-rank pipeline on the session's cluster: batches in plan order, and a loop that stops
+early releases what it read."""
+
+from __future__ import annotations
+
+import gc
+import re
+import threading
+import time
+
+import numpy as np
+import pytest
+import ray
+
+from raytrain_vla.data.formats.lerobot import LeRobotMeta
+from raytrain_vla.data.formats.lerobot_source import LeRobotSource
+from raytrain_vla.data.pipeline import _segment_batches, iter_rank_batches
+from raytrain_vla.data.plan import SamplePlan, rank_read_tasks
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+
+
+def _plasma_mib() -> int:
+    from ray._private.internal_api import memory_summary
+
+    text = memory_summary(ray.get_runtime_context().gcs_address, stats_only=True)
+    return int(re.search(r"Plasma memory usage (\d+) MiB", text).group(1))
+
+
+@pytest.mark.parametrize("micro", [1, 3, 8, 13])
+def test_segment_batches_equal_ray_datas_own_batching(micro):
+    """Blocks of uneven sizes (so batches straddle blocks), a tensor and a string column."""
+    sizes = [5, 11, 1, 16, 7]
+    items = [
+        {"sample_id": i, "image": np.full((2, 3), i, np.uint8), "task": f"task {i % 3}"}
+        for i in range(sum(sizes))
+    ]
+    ds = ray.data.from_items(items, override_num_blocks=len(sizes)).materialize()
+    want = list(ds.iter_batches(batch_size=micro, batch_format="numpy"))
+    got = list(_segment_batches(ds, micro))
+    assert [len(b["sample_id"]) for b in got] == [len(b["sample_id"]) for b in want]
+    for g, w in zip(got, want, strict=True):
+        assert g.keys() == w.keys()
+        for key in w:
+            assert g[key].dtype == w[key].dtype, key
+            np.testing.assert_array_equal(g[key], w[key], err_msg=key)
+
+
+def test_a_loop_that_stops_early_leaves_no_thread_and_no_blocks_behind(demo_root):
+    """Ray Data's `iter_batches` kept a prefetch thread and its blocks for every iterator left
+    before its end; ten early stops then held ten segments in the object store."""
+    meta = LeRobotMeta.load(demo_root)
+    source = LeRobotSource(meta, 8)
+    plan = SamplePlan.from_runs(meta.episode_from_index, meta.episode_length, 0, 32, 8, 256)
+    want = plan.rank_work(0, 2, 0, 1)
+    first = next(iter_rank_batches(source, rank_read_tasks(plan, 0, 2, 0, 1, 64, 16), 16))
+    np.testing.assert_array_equal(first["sample_id"], want[:16])
+    gc.collect()
+    time.sleep(1)
+    threads, plasma = threading.active_count(), _plasma_mib()
+    for _ in range(10):
+        tasks = rank_read_tasks(plan, 0, plan.steps_per_epoch, 0, 1, 256, 16)
+        for batch in iter_rank_batches(source, tasks, 16, tasks_per_segment=2):
+            np.testing.assert_array_equal(batch["sample_id"], want[:16])
+            break
+    gc.collect()
+    assert threading.active_count() == threads, [t.name for t in threading.enumerate()]
+    deadline = time.monotonic() + 20  # the object store frees released blocks asynchronously
+    while _plasma_mib() > plasma + 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _plasma_mib() <= plasma + 1
