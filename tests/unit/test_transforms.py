@@ -98,6 +98,20 @@ def test_resize():
     )
 
 
+def test_the_uint8_resize_is_the_float_resize_rounded_and_reads_strided_frames():
+    import torch
+    import torch.nn.functional as F
+
+    nhwc = np.random.default_rng(0).integers(0, 256, (3, 48, 64, 3), dtype=np.uint8)
+    nchw = nhwc.transpose(0, 3, 1, 2)  # how a decoded frame arrives: a strided view
+    got = resize_images({"cam": nchw}, (24, 20))["cam"]
+    assert got.flags.c_contiguous and got.shape == (3, 3, 24, 20)
+    np.testing.assert_array_equal(got, resize_images({"cam": nchw.copy()}, (24, 20))["cam"])
+    ref = F.interpolate(torch.from_numpy(nchw.copy()).float(), size=(24, 20), mode="bilinear",
+                        antialias=True, align_corners=False)  # fmt: skip
+    assert np.abs(got.astype(np.int16) - ref.numpy()).max() <= 1.0
+
+
 def test_numpy_and_torch_normalisation_agree_bit_for_bit():
     # Read tasks normalise numpy columns; the same map on torch tensors gave the same bits.
     norm = Normalizer.from_stats(STATS, "mean_std")
