@@ -29,6 +29,24 @@ def test_a_read_task_carries_its_samples_not_the_dataset():
     assert large / small < 1.2, (small, large)
 
 
+def test_files_of_their_own_cost_a_task_numbers_not_path_strings():
+    """64 samples from 64 episodes whose videos are separate files, vs 64 from one episode:
+    the files are sent as a path pattern and a few numbers each (`CompactPaths`), so a task of
+    scattered samples is not several times the bytes of a task of one episode."""
+    meta = synthetic_meta(2_000_000, episodes=10_000, tasks=1)
+    source = LeRobotSource(meta, chunk_size=50, checked_files=False)
+    scattered = meta.episode_from_index[::100][:64] + 3
+    together = meta.episode_from_index[5000] + np.arange(64)
+    read = source.reader(scattered)
+    assert len(read.videos[source.camera_keys[0]].paths) == 64  # one file each
+    assert list(read.videos[source.camera_keys[0]].paths) == [
+        source.video_paths[source.camera_keys[0]][f]
+        for f in source.video_file_of_episode[source.camera_keys[0]][read.episodes]
+    ]
+    many, one = len(pickle.dumps(read)), len(pickle.dumps(source.reader(together)))
+    assert many - one < 64 * 40, (one, many)  # a path string alone is ~60 bytes
+
+
 def test_a_read_task_reads_the_same_after_pickling():
     meta = LeRobotMeta.load(fixtures_root() / "lerobot_v3" / "pusht_like")
     source = LeRobotSource(meta, chunk_size=10)

@@ -2,19 +2,22 @@
 
 `LeRobotSource` checks every data file once at open but keeps only per-episode and per-file
 numbers (O(episodes + files)). `reader(ids)` turns the ids of one read task into a
-`LeRobotRead` that carries just those samples' file rows, video files and times, and the task
-strings of their episodes: what a task is sent does not grow with the dataset. The task reads
+`LeRobotRead` that carries just those samples' file rows, video files (as `CompactPaths`:
+patterns and numbers, not strings) and times, and the task strings of their episodes: what a
+task is sent does not grow with the dataset. The task reads
 its rows' row groups itself (cached per process, see `row_groups.py`) and decodes its frames.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
+from raytrain_vla.data.formats.compact_paths import CompactPaths
 from raytrain_vla.data.formats.frame_checks import describe_episodes
 from raytrain_vla.data.formats.images import decode_images
 from raytrain_vla.data.formats.lerobot import (
@@ -115,12 +118,14 @@ class LeRobotSource:
         for key, paths in self.video_paths.items():
             v_used, v_local = np.unique(self.video_file_of_episode[key][eps], return_inverse=True)
             videos[key] = VideoRefs(
-                [paths[i] for i in v_used], v_local.astype(np.int32), self.video_offset[key][eps]
+                CompactPaths.of([paths[i] for i in v_used]),
+                v_local.astype(np.int32),
+                self.video_offset[key][eps],
             )
         return LeRobotRead(
             ids=ids,
             episodes=eps,
-            data_paths=[self.data_paths[i] for i in used],
+            data_paths=CompactPaths.of([self.data_paths[i] for i in used]),
             data_file=file_local.astype(np.int32),
             row=ids - start,
             row_end=self.episode_end[eps] - start,
@@ -143,7 +148,7 @@ class LeRobotSource:
 class VideoRefs:
     """One camera's video files used by a read, and each sample's file and start offset."""
 
-    paths: list[str]
+    paths: Sequence[str]  # CompactPaths in a read task
     file: np.ndarray  # per sample: index into paths
     offset: np.ndarray  # per sample: where its episode starts in that file, seconds
 
@@ -154,7 +159,7 @@ class LeRobotRead:
 
     ids: np.ndarray
     episodes: np.ndarray
-    data_paths: list[str]
+    data_paths: Sequence[str]  # CompactPaths in a read task
     data_file: np.ndarray  # per sample: index into data_paths
     row: np.ndarray  # per sample: its row in that file
     row_end: np.ndarray  # per sample: one past its episode's last row in that file
