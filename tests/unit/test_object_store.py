@@ -86,13 +86,50 @@ def test_a_uri_data_root_and_a_uri_storage_path_are_kept_as_typed():
     assert cfg.ray.storage_path == "s3://bucket/runs"
 
 
-def test_shards_on_object_storage_are_refused_with_the_way_out():
-    from raytrain_vla.data.formats.shards import ShardSource, convert_to_shards
+def test_shards_convert_into_s3_from_s3_and_read_as_the_dataset(copies, tmp_path):
+    """Shards written from the bucket's copy into the bucket equal shards written on disk, and
+    train reads from them give the LeRobot source's columns; the prefix then is refused."""
+    from raytrain_vla.data.formats.shards import MANIFEST, ShardSource, convert_to_shards
 
-    with pytest.raises(DatasetError, match="s3://b/shards: shards are read and written on local"):
-        ShardSource("s3://b/shards", 8)
-    with pytest.raises(DatasetError, match="train on the LeRobot dataset in object storage"):
-        convert_to_shards("s3://b/ds", "/tmp/never-written")
+    local, uri = copies["pusht_like"]
+    out = uri.replace("pusht_like", f"shards-{tmp_path.name}")
+    kwargs = {"chunk_size": 10, "samples_per_shard": 50, "row_group_size": 16, "use_ray": False}
+    remote = convert_to_shards(uri, out, **kwargs)
+    on_disk = convert_to_shards(local, tmp_path / "shards", **kwargs)
+    assert remote["shards"] == on_disk["shards"] and len(remote["shards"]) > 1  # same bytes
+    assert remote["source_fingerprint"] == on_disk["source_fingerprint"]
+    assert as_path(out).joinpath(MANIFEST).is_file()
+    ids = np.array([119, 0, 41, 39, 80, 41, 99])
+    want = LeRobotSource(LeRobotMeta.load(local), chunk_size=10).read(ids)
+    got = ShardSource(out, 10).read(ids)
+    assert list(got) == list(want)
+    for key in want:
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    with pytest.raises(FileExistsError, match=f"{out} already exists and is not empty"):
+        convert_to_shards(local, out, **kwargs)
+
+
+def test_a_failed_conversion_into_s3_leaves_nothing_behind(copies, tmp_path, monkeypatch):
+    """Two shards are uploaded, the third fails: the prefix is emptied, so a second try is not
+    refused and no reader sees shards without their manifest."""
+    from raytrain_vla.data.formats import shards
+
+    local, uri = copies["pusht_like"]
+    out = uri.replace("pusht_like", f"failed-{tmp_path.name}")
+    real = shards.write_shard
+
+    def failing(path, *args, **kwargs):
+        if path.name == "shard-00002.parquet":
+            raise OSError("disk full")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(shards, "write_shard", failing)
+    kwargs = {"chunk_size": 10, "samples_per_shard": 50, "use_ray": False}
+    with pytest.raises(OSError, match="disk full"):
+        shards.convert_to_shards(local, out, **kwargs)
+    assert not as_path(out).exists()
+    monkeypatch.setattr(shards, "write_shard", real)
+    assert len(shards.convert_to_shards(local, out, **kwargs)["shards"]) == 3  # 120 frames
 
 
 def test_the_node_cache_downloads_a_video_once_and_stays_within_its_size(copies, tmp_path):

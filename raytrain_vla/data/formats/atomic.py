@@ -15,10 +15,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from upath import UPath
+
 from raytrain_vla.data.formats.location import as_path, is_uri
 
 
-def refuse_non_empty(target: Path) -> None:
+def refuse_non_empty(target: Path | UPath) -> None:
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise FileExistsError(f"{target} already exists and is not empty; refusing to overwrite it")
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -42,7 +43,8 @@ from raytrain_vla.data.formats.lerobot import (
 )
 from raytrain_vla.data.formats.lerobot_common import inside_root
 from raytrain_vla.data.formats.lerobot_source import LeRobotSource
-from raytrain_vla.data.formats.location import is_uri
+from raytrain_vla.data.formats.location import DataPath, as_path, file_key, is_remote, parquet_file
+from raytrain_vla.data.image_ops import resize_images
 
 MANIFEST = "shards.json"
 # 2 dropped version 1's `task_tokens` column (the model's processor tokenizes at read time);
@@ -224,51 +226,82 @@ def convert_to_shards(
     use_ray: bool = True,
     row_group_size: int = ROW_GROUP_SIZE,
 ) -> dict:
-    """Convert a LeRobot dataset to shards at `out` (built in a hidden sibling, then renamed).
+    """Convert a LeRobot dataset to shards at `out`; either may be a path or a URI.
 
+    On disk the shards are built in a hidden sibling, then renamed. In object storage each
+    shard task uploads its own file, and `shards.json` is uploaded last, so readers never see
+    a half-written directory; a failed conversion removes what it uploaded.
     `use_ray=False` writes the shards in this process (unit tests); otherwise each shard is a
     Ray Data task, joining the running Ray or starting a local one. Returns the manifest.
     """
-    _refuse_uri(root, "convert")
-    _refuse_uri(out, "convert")
-    root, out = Path(root).expanduser(), Path(out).expanduser()
+    root, out = as_path(root), as_path(out)
     if image_format not in IMAGE_FORMATS:
         raise DatasetError(f"image format {image_format!r} is not one of {IMAGE_FORMATS}")
     if min(chunk_size, samples_per_shard, row_group_size) < 1:
         raise DatasetError("chunk_size, samples_per_shard and row groups must be >= 1")
     if (root / MANIFEST).exists():
         raise DatasetError(f"{root}: already a shards directory; convert from the LeRobot dataset")
-    refuse_non_empty(out)
+    refuse_non_empty(out)  # a prefix with objects under it, in object storage
     meta = LeRobotMeta.load(root)
     cameras, batches = shard_batches(meta, chunk_size, row_group_size)
     n = meta.total_frames
     ranges = [
         (i, a, min(a + samples_per_shard, n)) for i, a in enumerate(range(0, n, samples_per_shard))
     ]
-    with atomic_directory(out) as tmp:
+
+    def write_all(shards_dir: DataPath, meta_dir: Path) -> dict:
+        remote, base = is_remote(shards_dir), str(shards_dir)  # a string: tasks pickle it
 
         def write_range(index: int, start: int, stop: int) -> dict:  # deterministic name per range
-            path = tmp / "shards" / f"shard-{index:05d}.parquet"
-            return write_shard(path, batches(start, stop), cameras, image_format, row_group_size)
+            name = f"shard-{index:05d}.parquet"
+            if not remote:
+                path = Path(base) / name
+                return write_shard(
+                    path, batches(start, stop), cameras, image_format, row_group_size
+                )
+            with tempfile.TemporaryDirectory(prefix="raytrain_vla-shard-") as local:
+                path = Path(local) / name
+                entry = write_shard(path, batches(start, stop), cameras, image_format,
+                                    row_group_size)  # fmt: skip
+                target = as_path(f"{base}/{name}")
+                target.fs.put_file(str(path), target.path)
+                return entry
 
-        shutil.copytree(root / "meta", tmp / "meta")
-        (tmp / "shards").mkdir()
+        _copy_tree(root / "meta", meta_dir)
         if use_ray:
             entries = _write_with_ray(write_range, ranges)
         else:
             entries = [write_range(*r) for r in ranges]
         entries.sort(key=lambda e: e["first_sample_id"])
-        manifest = build_manifest(meta, cameras, chunk_size, image_format, entries, row_group_size)
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+        return build_manifest(meta, cameras, chunk_size, image_format, entries, row_group_size)
+
+    if not is_remote(out):
+        with atomic_directory(out) as tmp:
+            (tmp / "shards").mkdir()
+            manifest = write_all(tmp / "shards", tmp / "meta")
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+        return manifest
+    from raytrain_vla.data.formats.run_storage import remove_tree, upload_directory
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="raytrain_vla-shards-") as staging:
+            manifest = write_all(out / "shards", Path(staging) / "meta")
+            (Path(staging) / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+            upload_directory(Path(staging), out, last=(MANIFEST,), replace=False)
+    except BaseException:
+        remove_tree(out)  # it was empty: what is there now is this conversion's
+        raise
     return manifest
 
 
-def _refuse_uri(root: str | os.PathLike, what: str) -> None:
-    if is_uri(str(root)):
-        raise DatasetError(
-            f"{root}: shards are read and written on local or mounted paths only for now; "
-            f"{what} from a path, or train on the LeRobot dataset in object storage directly"
-        )
+def _copy_tree(source: DataPath, target: Path) -> None:
+    """Copy a directory (local, or under a URI) to a new local directory."""
+    if not is_remote(source):
+        shutil.copytree(source, target)
+        return
+    from raytrain_vla.data.formats.run_storage import download_directory
+
+    download_directory(source, target)
 
 
 def _check_cover(shards: list[dict], n: int, where: str) -> None:
@@ -283,7 +316,7 @@ def _check_cover(shards: list[dict], n: int, where: str) -> None:
 
 
 # -- reading -------------------------------------------------------------------------------
-def load_manifest(root: Path) -> dict:
+def load_manifest(root: DataPath) -> dict:
     path = root / MANIFEST
     try:
         manifest = json.loads(path.read_text())
@@ -302,7 +335,7 @@ def load_manifest(root: Path) -> dict:
     return manifest
 
 
-def shard_path(root: Path, entry: dict) -> Path:
+def shard_path(root: DataPath, entry: dict) -> DataPath:
     """A manifest entry's shard file: inside the root, present, and as large as when written
     (the source fingerprint a shard run records does not cover the shards themselves)."""
     where = f"{root / MANIFEST}: shard 'file'"
@@ -320,13 +353,12 @@ def shard_path(root: Path, entry: dict) -> Path:
 
 def _open_shard(path: str) -> tuple[pq.ParquetFile, np.ndarray]:
     """A cached open parquet file plus its row-group start rows (LRU, per process)."""
-    st = os.stat(path)
-    key = (path, st.st_mtime_ns, st.st_size)
+    key = file_key(path)
     if key in _OPEN:
         _OPEN.move_to_end(key)
         return _OPEN[key]
     try:
-        pf = pq.ParquetFile(path, memory_map=True)
+        pf = parquet_file(path, memory_map=True)  # byte ranges of its row groups, if remote
     except (OSError, pa.ArrowException) as e:
         raise DatasetError(f"{path}: unreadable shard ({e})") from e
     sizes = [pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)]
@@ -341,8 +373,7 @@ class ShardSource:
     shards its samples lie in."""
 
     def __init__(self, root: str | os.PathLike, chunk_size: int):
-        _refuse_uri(root, "train on shards")
-        self.root = Path(root).expanduser()
+        self.root = as_path(root)
         m = load_manifest(self.root)
         if int(m["chunk_size"]) != chunk_size:
             raise DatasetError(
@@ -372,7 +403,11 @@ class ShardSource:
         """Episode of every sample (O(samples): tools and tests, never a read task)."""
         return np.repeat(np.arange(len(self.episode_ends)), np.diff(self.episode_ends, prepend=0))
 
-    def reader(self, sample_ids: np.ndarray) -> ShardRead:
+    def reader(
+        self, sample_ids: np.ndarray, frame_size: tuple[int, int] | None = None
+    ) -> ShardRead:
+        """The shards these samples lie in; `frame_size` (H, W) resizes every camera in the task
+        (as `LeRobotSource.reader` does while decoding)."""
         ids = np.asarray(sample_ids, dtype=np.int64)
         bad = ids[(ids < 0) | (ids >= self.num_samples)]
         if len(bad):
@@ -393,6 +428,7 @@ class ShardSource:
             state_dim=self.state_dim,
             action_dim=self.action_dim,
             tasks=tasks,
+            frame_size=None if frame_size is None else (int(frame_size[0]), int(frame_size[1])),
         )
 
     def read(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
@@ -414,6 +450,7 @@ class ShardRead:
     state_dim: int
     action_dim: int
     tasks: dict[int, str]  # task strings of these samples' episodes, by task_index
+    frame_size: tuple[int, int] | None = None  # (H, W) every camera is resized to, if set
 
     def _read_rows(self, shard: int, rows: np.ndarray) -> pa.Table:
         """Rows of one shard in the given order, reading only the row groups that hold them."""
@@ -448,6 +485,9 @@ class ShardRead:
                 out[f"image/{key}"] = flat.reshape(n, *shape).copy()
             else:
                 out[f"image/{key}"] = np.empty((0, *shape), np.uint8)
+        if self.frame_size is not None:
+            images = {k: v for k, v in out.items() if k.startswith("image/")}
+            out |= resize_images(images, self.frame_size)
         return out
 
     def read(self) -> dict[str, np.ndarray]:
@@ -458,7 +498,10 @@ class ShardRead:
             dims |= {"actions": (chunk, self.action_dim), "action_is_pad": (chunk,)}
             out = {k: np.empty((0, *dims.get(k, ())), t) for k, t in {**_SCALARS, **_LISTS}.items()
                    if k in ("sample_id", "task_index", *dims)}  # fmt: skip
-            out |= {f"image/{k}": np.empty((0, *v), np.uint8) for k, v in self.cameras.items()}
+            out |= {
+                f"image/{k}": np.empty((0, v[0], *(self.frame_size or v[1:])), np.uint8)
+                for k, v in self.cameras.items()
+            }
         for s in range(len(self.files)):
             sel = np.flatnonzero(self.shard == s)
             rows = self._read_rows(s, ids[sel] - self.first_ids[s])
