@@ -18,8 +18,11 @@ machine and its load; the ratios are the result.
 `DataConfig` (read tasks end on shuffle-window boundaries, at most `samples_per_read_task`
 samples and `read_task_max_mb` of decoded frames, 4 tasks per segment). `ours_fixed_512` is the
 cut used before (fixed 512-sample tasks), side by side. `--realistic av1,h264` adds datasets
-with two 480x640 cameras whose frames are resized to 224x224 in the read task. `--s3` serves
-the same files from a local S3 server (moto) and adds `ours_s3` with its ratio to `ours`.
+with two 480x640 cameras resized to 224x224 in the read task: `ours` resizes each frame as it
+is decoded and caps tasks by the resized bytes (training's default for a processor with a
+`frame_size`); `ours_resize_after_decode` holds the native frames and resizes them after, as
+before, side by side. `--s3` serves the same files from a local S3 server (moto) and adds
+`ours_s3` with its ratio to `ours`.
 
     python benchmarks/data_throughput.py --num-cpus 2 --epochs 2 [--realistic av1,h264] [--s3]
 """
@@ -201,11 +204,13 @@ def measure_baseline(source, samples: int, batch: int, workers: int) -> dict:
 
 class Setup(NamedTuple):
     """How the pipeline is driven: at most this many samples per read task, tasks per segment,
-    and whether tasks end on shuffle-window boundaries (training's default)."""
+    whether tasks end on shuffle-window boundaries (training's default), and whether frames are
+    resized as they are decoded (training's default when the processor has a `frame_size`)."""
 
     samples_per_task: int
     tasks_per_segment: int
     follow_windows: bool
+    resize_while_decoding: bool = True
 
 
 class ResizeInTask:
@@ -233,10 +238,12 @@ def _run_ours(source, plan, start: int, end: int, args, setup: Setup, first_only
     tasks = rank_read_tasks(plan, start, end, 0, 1, setup.samples_per_task, args.micro_batch,
                             setup.follow_windows)  # fmt: skip
     post = ResizeInTask(args.resize)
+    frame_size = args.resize if setup.resize_while_decoding else None
     n, first, t0, seen = 0, None, time.perf_counter(), []
     for b in iter_rank_batches(
-        source, tasks, args.micro_batch, tasks_per_segment=setup.tasks_per_segment, post=post
-    ):
+        source, tasks, args.micro_batch, tasks_per_segment=setup.tasks_per_segment, post=post,
+        frame_size=frame_size,
+    ):  # fmt: skip
         first = first if first is not None else time.perf_counter() - t0
         n += len(b["sample_id"])
         seen.append(b["sample_id"])
@@ -326,13 +333,22 @@ def run_variant(root: Path, args, uri: str | None = None) -> dict:
     out["baseline"] = base = measure_baseline(
         source, args.baseline_samples, args.micro_batch, args.num_cpus
     )
-    sample_bytes = sum(int(np.prod(meta.camera_shape(k))) for k in meta.camera_keys)
+    native_bytes = sum(int(np.prod(meta.camera_shape(k))) for k in meta.camera_keys)
+    sample_bytes = native_bytes
+    if args.resize is not None:  # what the task holds when it resizes while decoding
+        sample_bytes = 3 * args.resize[0] * args.resize[1] * len(meta.camera_keys)
     cfg = DataConfig()
-    cap = capped_task_size(cfg.samples_per_read_task, cfg.read_task_max_mb, sample_bytes,
-                           args.micro_batch)  # fmt: skip
-    setups = {"ours": Setup(cap, cfg.read_tasks_per_segment, cfg.read_tasks_follow_windows)}
+
+    def cap(nbytes: int) -> int:
+        return capped_task_size(cfg.samples_per_read_task, cfg.read_task_max_mb, nbytes,
+                                args.micro_batch)  # fmt: skip
+
+    per_segment, windows = cfg.read_tasks_per_segment, cfg.read_tasks_follow_windows
+    setups = {"ours": Setup(cap(sample_bytes), per_segment, windows)}
+    if args.resize is not None:  # before: native frames held, resized after the task's decode
+        setups["ours_resize_after_decode"] = Setup(cap(native_bytes), per_segment, windows, False)
     if args.previous:  # the cut before window-aligned tasks were the default
-        setups["ours_fixed_512"] = Setup(512, 4, False)
+        setups["ours_fixed_512"] = Setup(512, 4, False, False)
     for name, setup in setups.items():
         ours = measure_ours(source, args, setup)
         resume = measure_resume(source, args, setup)

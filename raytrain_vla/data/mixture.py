@@ -104,13 +104,19 @@ class MixtureSource:
     def dataset_of(self, ids: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.offsets, np.asarray(ids, np.int64), side="right") - 1
 
-    def reader(self, sample_ids: np.ndarray) -> MixtureRead:
+    def reader(
+        self, sample_ids: np.ndarray, frame_size: tuple[int, int] | None = None
+    ) -> MixtureRead:
+        """Each dataset's read of its samples. `frame_size` is passed on when it is the
+        layout's image size (the size `to_layout` resizes to): frames are then resized as they
+        are decoded and `to_layout`'s resize has nothing left to do."""
         ids = np.asarray(sample_ids, np.int64)
         dataset = self.dataset_of(ids)
+        size = frame_size if frame_size and tuple(frame_size) == self.layout.image_hw else None
         parts = []
         for d in np.unique(dataset).tolist():
             where = np.flatnonzero(dataset == d)
-            parts.append((d, where, self.sources[d].reader(ids[where] - self.offsets[d])))
+            parts.append((d, where, self.sources[d].reader(ids[where] - self.offsets[d], size)))
         return MixtureRead(len(ids), parts, self.offsets, self.embodiments, self.layout)
 
     def read(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:

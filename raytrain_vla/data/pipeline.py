@@ -47,7 +47,11 @@ class SampleRead(Protocol):
 class SampleSource(Protocol):
     """The rank-side index of a dataset (LeRobot files or shards)."""
 
-    def reader(self, sample_ids: np.ndarray) -> SampleRead: ...
+    def reader(
+        self, sample_ids: np.ndarray, frame_size: tuple[int, int] | None = None
+    ) -> SampleRead:
+        """`frame_size` (H, W): every camera resized to it (with `image_ops`) as decoded."""
+        ...
 
 
 class Postprocess(Protocol):
@@ -89,11 +93,15 @@ def _materialize(
     tasks: list[tuple[np.ndarray, np.ndarray]],
     num_cpus: float,
     post: Postprocess | None,
+    frame_size: tuple[int, int] | None = None,
 ) -> ray.data.Dataset:
     _configure_context()
     # Pickled here: Arrow stores the bytes as they are (a Python object column would be pickled
     # anyway, after a conversion attempt and a warning per process).
-    items = [{"read": pickle.dumps(source.reader(ids)), "epochs": epochs} for ids, epochs in tasks]
+    items = [
+        {"read": pickle.dumps(source.reader(ids, frame_size)), "epochs": epochs}
+        for ids, epochs in tasks
+    ]
     ds = ray.data.from_items(items, override_num_blocks=len(items))
     ds = ds.map_batches(_read_fn(post), batch_size=1, num_cpus=num_cpus, zero_copy_batch=True)
     return ds.materialize()
@@ -108,11 +116,13 @@ def iter_rank_batches(
     num_cpus_per_task: float = 1.0,
     epochs: np.ndarray | None = None,
     post: Postprocess | None = None,
+    frame_size: tuple[int, int] | None = None,
 ) -> Iterator[dict[str, np.ndarray]]:
     """Yield this rank's micro-batches (numpy columns) in plan order.
 
     `work` is an id array (with `epochs`, one per id, keying augmentation) or an iterable of
     (ids, epochs) read tasks such as `cut_tasks` yields; `post` runs inside the read tasks.
+    `frame_size` (the processor's `frame_size`) has cameras resized as they are decoded.
     """
     _configure_context()
     if isinstance(work, np.ndarray):
@@ -129,14 +139,16 @@ def iter_rank_batches(
     if first is None:
         return
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="raytrain-vla-read") as pool:
-        pending = pool.submit(_materialize, source, first, num_cpus_per_task, post)
+        pending = pool.submit(_materialize, source, first, num_cpus_per_task, post, frame_size)
         while pending is not None:
             ds = pending.result()
             upcoming = next(segments, None)
             pending = (
                 None
                 if upcoming is None
-                else pool.submit(_materialize, source, upcoming, num_cpus_per_task, post)
+                else pool.submit(
+                    _materialize, source, upcoming, num_cpus_per_task, post, frame_size
+                )
             )
             yield from _segment_batches(ds, micro_batch)
 
@@ -147,7 +159,7 @@ def _segment_batches(ds: ray.data.Dataset, micro_batch: int) -> Iterator[dict[st
     The next block's transfer is started before the current one is sliced: a non-blocking
     `ray.wait(fetch_local=True)`, as Ray Data's own prefetcher does, without its thread.
     """
-    refs = ds.get_internal_block_refs()
+    refs = [ref for bundle in ds.iter_internal_ref_bundles() for ref in bundle.block_refs]
     carry: dict[str, np.ndarray] | None = None
     for i, ref in enumerate(refs):
         if i + 1 < len(refs):

@@ -114,6 +114,10 @@ class InputProcessor(ABC):
     action_dim: int  # the robot's, as `decode_actions` returns it
     # Whether an observation may leave cameras out (LeRobot's SmolVLA skips or pads them).
     allows_missing_cameras: bool = False
+    # The (H, W) `encode` resizes every camera to with `image_ops.resize_images`, if it does: read
+    # tasks then resize each frame as it is decoded (same pixels, model-size frames in memory,
+    # larger tasks) and `encode`'s resize finds nothing to do. None: frames arrive as decoded.
+    frame_size: tuple[int, int] | None = None
 
     @abstractmethod
     def encode(

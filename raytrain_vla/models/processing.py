@@ -34,6 +34,7 @@ class ImageStateProcessor(InputProcessor):
     ):
         self.camera_keys = list(camera_keys)
         self.image_size = tuple(image_size)
+        self.frame_size = self.image_size  # read tasks resize while decoding (InputProcessor)
         self.state_dim = state_dim
         self.action_dim = action_dim
         self.normalizer = normalizer

@@ -47,10 +47,14 @@ class ReadTransform:
         return self.processor.encode(cols, hook)
 
 
-def samples_per_task(cfg: Config, spec: DataSpec) -> int:
+def samples_per_task(cfg: Config, spec: DataSpec, frame_size: tuple[int, int] | None = None) -> int:
     """`data.samples_per_read_task`, lowered so a task's decoded frames stay within
-    `data.read_task_max_mb` (whole micro-batches, at least one)."""
-    sample_bytes = sum(c * h * w for c, h, w in spec.camera_shapes.values())
+    `data.read_task_max_mb` (whole micro-batches, at least one). Frames count at `frame_size`
+    when the task resizes them as it decodes."""
+    shapes = spec.camera_shapes.values()
+    if frame_size is not None:
+        shapes = [(c, *frame_size) for c, _, _ in shapes]
+    sample_bytes = sum(c * h * w for c, h, w in shapes)
     return capped_task_size(
         cfg.data.samples_per_read_task, cfg.data.read_task_max_mb, sample_bytes,
         cfg.train.micro_batch_size,
@@ -64,8 +68,9 @@ def train_stream(
     """This rank's encoded micro-batches from `start_step` on, in plan order."""
     micro = cfg.train.micro_batch_size
     tasks = rank_read_tasks(
-        view.plan, start_step, cfg.train.steps, rank, world, samples_per_task(cfg, view.spec),
-        micro, cfg.data.read_tasks_follow_windows,
+        view.plan, start_step, cfg.train.steps, rank, world,
+        samples_per_task(cfg, view.spec, processor.frame_size), micro,
+        cfg.data.read_tasks_follow_windows,
     )  # fmt: skip
     return iter_rank_batches(
         view.source,
@@ -73,6 +78,7 @@ def train_stream(
         micro,
         tasks_per_segment=cfg.data.read_tasks_per_segment,
         post=ReadTransform(processor, cfg.data.augment, cfg.train.seed),
+        frame_size=processor.frame_size,
     )
 
 
@@ -89,8 +95,8 @@ def val_batches(
     mine = ids[rank * per_rank : (rank + 1) * per_rank]
     w = torch.from_numpy(weight[rank * per_rank : (rank + 1) * per_rank])
     batches = iter_rank_batches(
-        view.source, mine, micro, samples_per_task(cfg, view.spec),
-        post=ReadTransform(processor),
+        view.source, mine, micro, samples_per_task(cfg, view.spec, processor.frame_size),
+        post=ReadTransform(processor), frame_size=processor.frame_size,
     )  # fmt: skip
     return [
         (processor.collate(cols, device), w[i * micro : (i + 1) * micro])

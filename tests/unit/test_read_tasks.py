@@ -147,3 +147,43 @@ def test_a_read_task_is_capped_by_its_decoded_bytes():
     assert n % 8 == 0 and n * 2 * 3 * 480 * 640 <= 100 * 2**20 < (n + 8) * 2 * 3 * 480 * 640
     small = DataSpec(camera_shapes={"a": (3, 96, 96)}, state_dim=6, action_dim=6, chunk_size=8)
     assert samples_per_task(cfg, small) == cfg.data.samples_per_read_task
+
+
+@pytest.mark.parametrize("name", ["pusht_like", "pusht_like_images"])
+@pytest.mark.parametrize("size", [(40, 56), (128, 128)])
+def test_frames_resized_while_decoding_equal_frames_resized_after(name, size, tmp_path):
+    """A processor's `frame_size` lets a task resize each frame as it is decoded (video) or
+    read (image features, shards); the pixels are exactly those of resizing the whole read."""
+    from raytrain_vla.data.formats.shards import ShardSource, convert_to_shards
+    from raytrain_vla.data.image_ops import resize_images
+
+    root = fixtures_root() / "lerobot_v3" / name
+    source = LeRobotSource(LeRobotMeta.load(root), chunk_size=10)
+    convert_to_shards(root, tmp_path / "shards", chunk_size=10, samples_per_shard=50,
+                      use_ray=False)  # fmt: skip
+    ids = np.array([119, 0, 41, 39, 80, 41])
+    plain = source.read(ids)
+    images = {k: v for k, v in plain.items() if k.startswith("image/")}
+    assert images
+    want = plain | resize_images(images, size)
+    for reader in (source.reader, ShardSource(tmp_path / "shards", 10).reader):
+        got = pickle.loads(pickle.dumps(reader(ids, size))).read()
+        assert list(got) == list(want)
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+        empty = reader(ids[:0], size).read()
+        assert all(empty[k].shape == (0, 3, *size) for k in images)
+
+
+def test_a_task_holds_more_samples_when_it_resizes_while_decoding():
+    from raytrain_vla.config import load_config
+    from raytrain_vla.data.spec import DataSpec
+    from raytrain_vla.train.inputs import samples_per_task
+
+    cfg = load_config(None, ["--data.read_task_max_mb=256", "--train.micro_batch_size=8"])
+    spec = DataSpec(
+        camera_shapes={"a": (3, 480, 640), "b": (3, 480, 640)}, state_dim=6, action_dim=6,
+        chunk_size=8, image_size=None,
+    )  # fmt: skip
+    native, resized = samples_per_task(cfg, spec), samples_per_task(cfg, spec, (224, 224))
+    assert (native, resized) == (144, 888)  # 256 MiB / (2 x 480x640x3) vs / (2 x 224x224x3)

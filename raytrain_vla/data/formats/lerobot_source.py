@@ -31,6 +31,7 @@ from raytrain_vla.data.formats.location import as_path
 from raytrain_vla.data.formats.object_cache import CacheConfig
 from raytrain_vla.data.formats.row_groups import read_rows
 from raytrain_vla.data.formats.video import VideoDecodeError, decode_frames
+from raytrain_vla.data.image_ops import resize_frames_hwc
 
 _LOW_DIM = ("timestamp", "task_index", STATE, ACTION)
 
@@ -106,8 +107,11 @@ class LeRobotSource:
     def episodes_of(self, ids: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.episode_end, ids, side="right")
 
-    def reader(self, sample_ids: np.ndarray) -> LeRobotRead:
-        """What one read task needs for these samples, and nothing else."""
+    def reader(
+        self, sample_ids: np.ndarray, frame_size: tuple[int, int] | None = None
+    ) -> LeRobotRead:
+        """What one read task needs for these samples, and nothing else; `frame_size` (H, W)
+        has every camera resized as its frames are decoded."""
         ids = np.asarray(sample_ids, dtype=np.int64)
         if len(ids) and (ids.min() < 0 or ids.max() >= self.meta.total_frames):
             raise DatasetError(f"{self.meta.root}: ids outside 0..{self.meta.total_frames - 1}")
@@ -121,6 +125,7 @@ class LeRobotSource:
                 CompactPaths.of([paths[i] for i in v_used]),
                 v_local.astype(np.int32),
                 self.video_offset[key][eps],
+                self.meta.camera_shape(key)[1:],
             )
         return LeRobotRead(
             ids=ids,
@@ -138,6 +143,7 @@ class LeRobotSource:
             action_dim=self.meta.action_dim,
             root=str(self.meta.root),
             cache=self.cache,
+            frame_size=None if frame_size is None else (int(frame_size[0]), int(frame_size[1])),
         )
 
     def read(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
@@ -151,6 +157,7 @@ class VideoRefs:
     paths: Sequence[str]  # CompactPaths in a read task
     file: np.ndarray  # per sample: index into paths
     offset: np.ndarray  # per sample: where its episode starts in that file, seconds
+    hw: tuple[int, int]  # the frames' size, as info.json gives it (for an empty read)
 
 
 @dataclass
@@ -172,6 +179,9 @@ class LeRobotRead:
     action_dim: int
     root: str
     cache: CacheConfig | None = None
+    # (H, W) every camera is resized to as it is decoded (the processor's size): the task then
+    # holds model-size frames only, so it can hold more samples for the same memory.
+    frame_size: tuple[int, int] | None = None
 
     def read(self) -> dict[str, np.ndarray]:
         out, timestamp, images = self.read_rows()
@@ -192,7 +202,10 @@ class LeRobotRead:
         actions = np.empty((n, chunk, self.action_dim), np.float32)
         timestamp = np.empty(n, np.float64)
         task_index = np.empty(n, np.int64)
-        images = {k: np.empty((n, s[1], s[2], 3), np.uint8) for k, s in self.image_shapes.items()}
+        images = {
+            k: np.empty((n, *(self.frame_size or s[1:]), 3), np.uint8)
+            for k, s in self.image_shapes.items()
+        }
         for f, path in enumerate(self.data_paths):
             sel = np.flatnonzero(self.data_file == f)
             wanted = np.unique(np.concatenate([self.row[sel], rows[sel].reshape(-1)]))
@@ -214,7 +227,7 @@ class LeRobotRead:
                             f"{where}: images are {imgs.shape[1:3]}, info.json says "
                             f"{shape[1:]}; in {describe_episodes(self.episodes[sel])}"
                         )
-                    images[key][sel] = imgs
+                    images[key][sel] = resize_frames_hwc(imgs, self.frame_size)
         out = {
             "sample_id": self.ids,
             "state": state,
@@ -244,7 +257,7 @@ class LeRobotRead:
         for f, path in enumerate(refs.paths):
             sel = np.flatnonzero(refs.file == f)
             try:
-                decoded = decode_frames(path, times[sel], cache=self.cache)
+                decoded = decode_frames(path, times[sel], cache=self.cache, size=self.frame_size)
             except VideoDecodeError as e:
                 raise VideoDecodeError(
                     f"{e}; feature {key!r}, {describe_episodes(self.episodes[sel])}"
@@ -253,5 +266,5 @@ class LeRobotRead:
                 frames = np.empty((len(self.ids), *decoded.shape[1:]), dtype=np.uint8)
             frames[sel] = decoded
         if frames is None:
-            return np.zeros((0, 0, 0, 3), np.uint8)
+            return np.zeros((0, *(self.frame_size or refs.hw), 3), np.uint8)
         return frames

@@ -29,6 +29,7 @@ from av.video.reformatter import VideoReformatter
 
 from raytrain_vla.data.formats.location import as_path, file_key, is_remote, open_container
 from raytrain_vla.data.formats.object_cache import CacheConfig
+from raytrain_vla.data.image_ops import resize_frames_hwc
 from raytrain_vla.errors import NotRetriable
 
 # Settings chosen for small synthetic frames: near-lossless colour, cheap random access
@@ -99,12 +100,14 @@ def decode_frames(
     tolerance_s: float | None = None,
     backend: str = "pyav",
     cache: CacheConfig | None = None,
+    size: tuple[int, int] | None = None,
 ) -> np.ndarray:
     """Frames (N, H, W, 3) uint8 nearest to `timestamps` (seconds, any order, repeats allowed).
 
     `tolerance_s` defaults to half a frame period; a timestamp whose nearest frame is further
     away (e.g. past the end of the video) raises VideoDecodeError. `cache` keeps a remote file
-    on the node's disk (`object_cache`).
+    on the node's disk (`object_cache`). `size` (H, W) resizes each frame as it is decoded
+    (`image_ops.resize_frames_hwc`), so only frames of that size are ever held.
     """
     path = as_path(path)
     query = np.asarray(timestamps, dtype=np.float64).reshape(-1)
@@ -114,8 +117,9 @@ def decode_frames(
         raise VideoDecodeError(f"{path}: video file not found")
     if backend == "torchcodec":
         frames, found, fps = _decode_torchcodec(path, query)
+        frames = resize_frames_hwc(frames, size)
     elif backend == "pyav":
-        frames, found, fps = _decode_pyav(path, query, cache)
+        frames, found, fps = _decode_pyav(path, query, cache, size)
     else:
         raise ValueError(f"unknown video backend {backend!r}; expected 'pyav' or 'torchcodec'")
     if tolerance_s is None:
@@ -132,8 +136,9 @@ def decode_frames(
 
 
 def _decode_pyav(
-    path: Path, query: np.ndarray, cache: CacheConfig | None = None
-) -> tuple[np.ndarray, np.ndarray, float]:
+    path: Path, query: np.ndarray, cache: CacheConfig | None = None,
+    size: tuple[int, int] | None = None,
+) -> tuple[np.ndarray, np.ndarray, float]:  # fmt: skip
     """Index-planned decode; returns (frames in query order, matched frame times, stream fps)."""
     wanted = np.unique(query)  # sorted, no repeats
     try:
@@ -148,15 +153,16 @@ def _decode_pyav(
             rate = stream.average_rate or stream.guessed_rate
             fps = float(rate) if rate else 0.0
             if not query.size:
-                shape = (0, stream.codec_context.height, stream.codec_context.width, 3)
+                hw = size or (stream.codec_context.height, stream.codec_context.width)
+                shape = (0, *hw, 3)
                 return np.zeros(shape, np.uint8), np.zeros(0), fps
             index = _frame_index(container, stream, path, from_packets=False)
-            got = _decode_nearest(container, stream, index, wanted)
+            got = _decode_nearest(container, stream, index, wanted, size)
             if got is None and not index.from_packets:
                 # the container's index disagrees with its packets (edit lists, truncation):
                 # plan again from the packets themselves, which is what the decoder sees
                 index = _frame_index(container, stream, path, from_packets=True)
-                got = _decode_nearest(container, stream, index, wanted)
+                got = _decode_nearest(container, stream, index, wanted, size)
     except VideoDecodeError:
         raise
     except (av.error.FFmpegError, OSError, EOFError) as e:
@@ -218,7 +224,7 @@ def _frame_index(container, stream, path: Path, from_packets: bool) -> _FrameInd
 
 
 def _decode_nearest(
-    container, stream, index: _FrameIndex, wanted: np.ndarray
+    container, stream, index: _FrameIndex, wanted: np.ndarray, size: tuple[int, int] | None = None
 ) -> tuple[np.ndarray, list[np.ndarray]] | None:
     """(matched times, RGB frames) for sorted `wanted`, or None if the index proved wrong.
 
@@ -253,7 +259,7 @@ def _decode_nearest(
                 continue
             if frame.pts > want_pts:
                 return None  # the target frame was not where the index said
-            images[target] = sws.reformat(frame, **_RGB).to_ndarray()
+            images[target] = resize_frames_hwc(sws.reformat(frame, **_RGB).to_ndarray(), size)
             break
         else:
             return None  # the stream ended before the target frame
