@@ -65,18 +65,26 @@ def _convert(args: argparse.Namespace) -> None:
 
 
 def _preflight(args: argparse.Namespace, overrides: list[str]) -> int:
-    """The run's own checks against this dataset (what `run` checks before Ray starts), then
-    `inspect`'s full pass; exit status 1 if anything is an error."""
-    from raytrain_vla.config import absolute_paths, load_config
+    """The run's own checks against this dataset or mixture (what `run` checks before Ray
+    starts), then `inspect`'s full pass on each dataset; exit status 1 if anything is an error.
+    Without ROOT, the config and overrides name the data (`data.root` or `data.mixture`)."""
+    from raytrain_vla.config import absolute_paths, dataset_configs, load_config
     from raytrain_vla.data.inspect import find_problems
     from raytrain_vla.train.optim import check_model_options
     from raytrain_vla.train.preflight import Finding, preflight
 
-    cfg = absolute_paths(load_config(args.config, [*overrides, f"--data.root={args.root}"]))
+    if args.root.startswith("--"):  # argparse takes an override holding a space for ROOT
+        overrides, args.root = [args.root, *overrides], ""
+    root = [f"--data.root={args.root}"] if args.root else []
+    cfg = absolute_paths(load_config(args.config, [*overrides, *root]))
     check_model_options(cfg)
     findings = preflight(cfg)
     seen = {f.message for f in findings}
-    findings += [Finding("error", p) for p in find_problems(cfg.data.root) if p not in seen]
+    names = [e.name for e in cfg.data.mixture] or [""]
+    for name, data in zip(names, dataset_configs(cfg.data), strict=True):
+        where = f"data.mixture {name!r}: " if name else ""
+        problems = (f"{where}{p}" for p in find_problems(data.root))
+        findings += [Finding("error", p) for p in problems if p not in seen]
     for finding in findings:
         print(finding)
     errors = sum(f.level == "error" for f in findings)
@@ -120,7 +128,10 @@ def main(argv: list[str] | None = None) -> int:
         help="check a dataset against a run's config before training (what the model sees, "
         "text budget, short episodes, files, statistics); extra --KEY=VALUE are config overrides",
     )
-    preflight.add_argument("root", help="LeRobot dataset root")
+    preflight.add_argument(
+        "root", nargs="?", default="",
+        help="LeRobot dataset root; leave it out for the config's data.root or data.mixture",
+    )  # fmt: skip
     preflight.add_argument("--config", default=None, help="the run's config file")
     preflight.set_defaults(func=_preflight)
     args, overrides = parser.parse_known_args(argv)

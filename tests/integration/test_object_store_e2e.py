@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _runs import short_run_args
 from safetensors.numpy import load as load_bytes
 from safetensors.numpy import load_file
 
@@ -70,8 +71,33 @@ def _rows(run_dir) -> list[dict]:
     return [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()]
 
 
+@pytest.fixture(scope="module")
+def reference(ray_cluster, demo_root, tmp_path_factory) -> Path:
+    """A straight 10-step two-worker run on disk, with its step-9 checkpoint exported beside it:
+    what the runs in the bucket must reproduce."""
+    from raytrain_vla import export
+
+    runs = tmp_path_factory.mktemp("reference")
+    args = short_run_args(demo_root, runs, "reference", 10, "--debug.log_sample_ids=true")
+    assert run.main(args) == 0
+    step9 = next(
+        p for p in (runs / "reference").glob("checkpoint_*")
+        if json.loads((p / "train_state.json").read_text())["step"] == 9
+    )  # fmt: skip
+    assert export.main([str(step9), str(runs / "reference_step9")]) == 0
+    return runs / "reference"
+
+
+def _assert_export_is_step9_of(reference: Path, run_dir) -> None:
+    want = load_file(str(reference.parent / "reference_step9" / "model.safetensors"))
+    got = load_bytes((run_dir / "export" / "model.safetensors").read_bytes())
+    assert got.keys() == want.keys()
+    for key in want:
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+
+
 def test_a_run_stored_on_s3_survives_a_kill_resumes_at_another_world_size_and_exports(
-    s3_server, demo_root, run_args, tmp_path, capsys
+    s3_server, demo_root, reference, run_args, tmp_path, capsys
 ):
     """Data and run storage both on the S3 server. A worker is killed after step 4 of 9 and the
     run recovers from the step-3 checkpoint in the bucket; a second driver invocation resumes
@@ -79,7 +105,7 @@ def test_a_run_stored_on_s3_survives_a_kill_resumes_at_another_world_size_and_ex
     two-worker run on disk: every global batch is the same, the 9-step export is bitwise the
     reference's step-9 checkpoint, and the policies agree. Nothing is written to a local run
     directory; the driver lock in the bucket refuses a second driver."""
-    from raytrain_vla import export, policy
+    from raytrain_vla import policy
     from raytrain_vla.data.formats.run_storage import run_path
     from raytrain_vla.train.driver_lock import acquire, release
     from raytrain_vla.train.resume import (
@@ -91,8 +117,6 @@ def test_a_run_stored_on_s3_survives_a_kill_resumes_at_another_world_size_and_ex
     data = s3_server.upload(demo_root, "demo_storage")
     storage = f"s3://raytrain-vla-test/runs-{tmp_path.name}"
     debug = "--debug.log_sample_ids=true"
-    assert run.main(run_args("reference", 10, debug)) == 0  # local disk, two workers
-    reference = tmp_path / "runs" / "reference"
 
     def on_s3(steps: int, *extra: str) -> list[str]:
         args = run_args("s3run", steps, debug, f"--data.root={data}", *extra)
@@ -108,17 +132,7 @@ def test_a_run_stored_on_s3_survives_a_kill_resumes_at_another_world_size_and_ex
     assert kept == registered_checkpoints(run_dir) and len(kept) == 2
     rows = _rows(run_dir)
     assert sum(r["step"] == 3 and r["rank"] == 1 for r in rows) == 2, "step 4 was redone"
-    nine = tmp_path / "reference_step9"
-    step9 = next(
-        p for p in reference.glob("checkpoint_*")
-        if json.loads((p / "train_state.json").read_text())["step"] == 9
-    )  # fmt: skip
-    assert export.main([str(step9), str(nine)]) == 0
-    want = load_file(str(nine / "model.safetensors"))
-    got = load_bytes((run_dir / "export" / "model.safetensors").read_bytes())
-    assert got.keys() == want.keys()
-    for key in want:
-        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    _assert_export_is_step9_of(reference, run_dir)
 
     # The lock in the bucket keeps a second driver out of the run.
     record = acquire(str(run_dir), "another training driver")
@@ -162,3 +176,42 @@ def test_a_run_stored_on_s3_survives_a_kill_resumes_at_another_world_size_and_ex
     ours = policy.load(str(run_dir / "export"), seed=3).predict_action(obs)
     theirs = policy.load(reference / "export", seed=3).predict_action(obs)
     np.testing.assert_allclose(ours, theirs, atol=1e-5)
+
+
+def test_on_s3_a_crash_in_a_checkpoint_write_and_a_damaged_checkpoint_lose_nothing(
+    s3_server, demo_root, reference, run_args, tmp_path
+):
+    """`test_faults`' checkpoint cases with the data and the run in the bucket: a worker dies
+    while writing the step-6 checkpoint (never registered, so the run redoes steps 4-6 from the
+    step-3 one), then the step-9 checkpoint's shard is truncated in the bucket and the next
+    invocation falls back to step 6 and redoes steps 7-9. Every global batch and the export stay
+    bitwise those of an uninterrupted run on disk."""
+    from raytrain_vla.data.formats.run_storage import run_path
+    from raytrain_vla.train.resume import latest_checkpoint
+
+    data = s3_server.upload(demo_root, "demo_faults")
+    storage = f"s3://raytrain-vla-test/runs-{tmp_path.name}"
+
+    def on_s3(*extra: str) -> list[str]:
+        debug = ["--debug.log_sample_ids=true", "--ray.max_failures=1"]
+        args = run_args("faults", 9, *debug, f"--data.root={data}", *extra)
+        return [*args, f"--ray.storage_path={storage}"]
+
+    crash = ["--debug.crash_in_checkpoint_at_step=6", "--debug.kill_rank=1"]
+    assert run.main(on_s3(*crash)) == 0
+    run_dir = run_path(storage) / "faults"
+    rows = _rows(run_dir)
+    assert sum(r["step"] == 3 and r["rank"] == 0 for r in rows) == 2, "steps 4-6 were redone"
+    want = _global_batches(_rows(reference))
+    assert _global_batches(rows) == {s: want[s] for s in range(9)}
+    _assert_export_is_step9_of(reference, run_dir)
+
+    latest = latest_checkpoint(str(run_dir))
+    assert json.loads((latest / "train_state.json").read_text())["step"] == 9
+    shard = latest / "__1_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:-64])
+    assert run.main(on_s3()) == 0
+    redone = _rows(run_dir)[len(rows) :]
+    assert sorted({r["step"] for r in redone}) == [6, 7, 8]
+    assert _global_batches(_rows(run_dir)) == {s: want[s] for s in range(9)}
+    _assert_export_is_step9_of(reference, run_dir)

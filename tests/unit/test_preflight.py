@@ -124,3 +124,17 @@ def test_settings_that_cannot_apply_are_said_not_dropped(arm):
     assert any("data.cache_dir/data.cache_max_gb have no effect" in w for w in found["warning"])
     small = findings(arm, *FITS, "--data.shuffle_window=8")
     assert any("read tasks do not follow shuffle windows" in n for n in small["note"])
+
+
+def test_the_preflight_command_checks_each_dataset_of_a_mixture(arm, tmp_path, capsys):
+    """Without a root, `data preflight` checks the config's mixture: each dataset's findings
+    and its files' problems, named by the mixture entry."""
+    broken = tmp_path / "broken"
+    shutil.copytree(arm, broken)
+    next((broken / "videos").rglob("*.mp4")).unlink()
+    mixture = f"--data.mixture=[{{root: {arm}, weight: 2}}, {{root: {broken}, name: other}}]"
+    assert data_cli(["preflight", mixture, *FITS]) == 1
+    out = capsys.readouterr().out
+    assert "data.mixture 'other': " in out and "missing video file" in out
+    assert data_cli(["preflight", f"--data.mixture=[{{root: {arm}}}]", *FITS]) == 0
+    assert "0 error(s)" in capsys.readouterr().out
