@@ -38,27 +38,45 @@ def runs_of(sample_ids: np.ndarray, episode_of: np.ndarray) -> tuple[np.ndarray,
     return ids[starts], lengths.astype(np.int64)
 
 
+def _narrowest(values: np.ndarray, largest: int) -> np.ndarray:
+    """`values` in the narrowest unsigned or signed integer type that holds `largest`: the run
+    table is the only plan state that grows with the dataset, so it is kept at 2-4 bytes a
+    column where the ids allow."""
+    for dtype in (np.uint16, np.int32, np.int64):
+        if largest <= np.iinfo(dtype).max:
+            return np.asarray(values).astype(dtype)
+    raise ValueError(f"{largest} does not fit in int64")
+
+
 class Spans:
-    """Runs cut into spans of <= span_len consecutive samples, addressed by span number."""
+    """Runs cut into spans of <= span_len consecutive samples, addressed by span number.
+
+    Holds three narrow columns per run (first id, length, span edges); everything read from
+    them is widened to int64 before any arithmetic."""
 
     def __init__(self, run_start: np.ndarray, run_length: np.ndarray, span_len: int):
         if span_len < 1:
             raise ValueError(f"span_len must be >= 1, got {span_len}")
         keep = np.asarray(run_length) > 0
-        self.run_start = np.asarray(run_start, dtype=np.int64)[keep]
-        self.run_length = np.asarray(run_length, dtype=np.int64)[keep]
+        start = np.asarray(run_start, dtype=np.int64)[keep]
+        length = np.asarray(run_length, dtype=np.int64)[keep]
         self.span_len = span_len
-        self.run_spans = -(-self.run_length // span_len)
-        self.run_span_end = np.cumsum(self.run_spans)
-        self.count = int(self.run_span_end[-1]) if len(self.run_span_end) else 0
-        self.num_samples = int(self.run_length.sum())
+        edges = np.concatenate([[0], np.cumsum(-(-length // span_len))])
+        self.count = int(edges[-1])
+        self.num_samples = int(length.sum())
+        self.run_start = _narrowest(start, int((start + length).max()) if len(start) else 0)
+        self.run_length = _narrowest(length, int(length.max()) if len(length) else 0)
+        self.run_span_edges = _narrowest(edges, self.count)  # run r holds spans [e[r], e[r+1])
 
     def bounds(self, span: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(first sample id, length) of each span number."""
-        run = np.searchsorted(self.run_span_end, span, side="right")
-        k = span - (self.run_span_end[run] - self.run_spans[run])
-        start = self.run_start[run] + k * self.span_len
-        return start, np.minimum(self.span_len, self.run_length[run] - k * self.span_len)
+        span = np.asarray(span, dtype=np.int64)
+        edges = self.run_span_edges  # spans < count fit its type: no widened copy of it
+        run = np.searchsorted(edges, span.astype(edges.dtype), side="right") - 1
+        k = span - edges[run].astype(np.int64)
+        start = self.run_start[run].astype(np.int64) + k * self.span_len
+        left = self.run_length[run].astype(np.int64) - k * self.span_len
+        return start, np.minimum(self.span_len, left)
 
     def all(self) -> list[np.ndarray]:
         """Every span's sample ids in span-number order (small datasets and tests only)."""
@@ -67,8 +85,7 @@ class Spans:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.run_start, self.run_length, self.run_spans,
-                                      self.run_span_end))  # fmt: skip
+        return self.run_start.nbytes + self.run_length.nbytes + self.run_span_edges.nbytes
 
 
 @dataclass(frozen=True)
@@ -151,7 +168,11 @@ class SamplePlan:
             keys, _ = self._block_ends(epoch)
             order = np.arange(block * BLOCK, min((block + 1) * BLOCK, self.spans.count))
             start, length = self.spans.bounds(index_shuffle(order, self.spans.count, keys))
-            self._blocks[(epoch, block)] = (start, np.cumsum(length) - length)
+            span_pos = np.cumsum(length) - length
+            self._blocks[(epoch, block)] = (
+                _narrowest(start, int(start.max())),
+                _narrowest(span_pos, int(span_pos[-1])),
+            )
             while len(self._blocks) > _BLOCK_CACHE:
                 self._blocks.popitem(last=False)
         self._blocks.move_to_end((epoch, block))
@@ -167,7 +188,7 @@ class SamplePlan:
             local = flat[sel] - (block_end[b - 1] if b else 0)
             first_id, span_pos = self._block(epoch, int(b))
             i = np.searchsorted(span_pos, local, side="right") - 1
-            out[sel] = first_id[i] + local - span_pos[i]
+            out[sel] = first_id[i].astype(np.int64) + local - span_pos[i]
         return out
 
     def ids_at(self, epoch: int, positions: np.ndarray) -> np.ndarray:
@@ -190,10 +211,12 @@ class SamplePlan:
     def first_ids(self, n: int) -> np.ndarray:
         """The first `n` training sample ids in id order (tools and benchmarks)."""
         parts, left = [], n
-        for start, length in zip(self.spans.run_start, self.spans.run_length, strict=True):
+        for start, length in zip(
+            self.spans.run_start.tolist(), self.spans.run_length.tolist(), strict=True
+        ):
             if left <= 0:
                 break
-            parts.append(np.arange(start, start + min(length, left)))
+            parts.append(np.arange(start, start + min(length, left), dtype=np.int64))
             left -= parts[-1].size
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 

@@ -98,6 +98,7 @@ def test_the_plan_never_holds_an_epoch():
     assert len(ids) == 4 and len(set(ids.tolist())) == 4
     per_sample_array = plan.num_samples * 8
     assert plan.nbytes < per_sample_array / 40
+    assert plan.spans.nbytes <= 10 * (len(lengths) + 1)  # int32 ids and edges, uint16 lengths
     spans = plan.spans.count
     assert plan.nbytes < plan.spans.nbytes + spans // BLOCK * 8 + 16 * (BLOCK * 16 + 64)
 
@@ -193,3 +194,43 @@ def test_first_ids_are_the_training_ids_in_order():
     plan = SamplePlan(ids[keep], ep[keep], seed=0, global_batch_size=4)
     np.testing.assert_array_equal(plan.first_ids(20), ids[keep][:20])
     assert len(plan.first_ids(10_000)) == keep.sum()
+
+
+def _pinned_runs(offset: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(5)
+    lengths, gaps = rng.integers(20, 300, size=400), rng.integers(0, 50, size=400)
+    return offset + np.cumsum(lengths + gaps) - lengths, lengths
+
+
+def test_the_order_of_plan_version_2_is_pinned():
+    """Checkpoints record `sample_plan` 2 and resume into this exact order, so any change to it
+    (such as the run table's narrower columns) must leave these ids as plan 2 first gave them."""
+    starts, lengths = _pinned_runs(70_000)
+    plan = SamplePlan.from_runs(starts, lengths, seed=11, global_batch_size=64, shuffle_window=256)
+    assert plan.ids_at(0, np.array([0, 1, 2, 3, 1000, 50000])).tolist() == [
+        115301, 119463, 140330, 72904, 106882, 96003,
+    ]  # fmt: skip
+    assert plan.ids_at(3, np.array([7, 8, 9])).tolist() == [137059, 117852, 100750]
+    step = 5 * plan.steps_per_epoch + 3
+    assert plan.global_batch(step)[:6].tolist() == [
+        132088, 131633, 130878, 130875, 107869, 130881,
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("offset", [0, 2**16, 2**31 + 5])
+def test_the_run_table_is_narrow_and_the_order_does_not_depend_on_its_types(offset):
+    """Ids below 2**16, 2**31 and beyond take 2, 4 and 8 bytes a column; the plan over runs
+    shifted by `offset` reads the same positions, shifted."""
+    starts, lengths = _pinned_runs(0)
+    base = SamplePlan.from_runs(starts, lengths, seed=3, global_batch_size=64, shuffle_window=256)
+    moved = SamplePlan.from_runs(starts + offset, lengths, seed=3, global_batch_size=64,
+                                 shuffle_window=256)  # fmt: skip
+    width = {0: 4, 2**16: 4, 2**31 + 5: 8}[offset]  # ids of the 400 runs reach ~70k
+    assert moved.spans.run_start.itemsize == width
+    assert base.spans.run_length.itemsize == base.spans.run_span_edges.itemsize == 2
+    positions = np.arange(0, base.num_samples, 37)
+    for epoch in (0, 2):
+        got = moved.ids_at(epoch, positions)
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, base.ids_at(epoch, positions) + offset)
+    assert base.first_ids(500).tolist() == (moved.first_ids(500) - offset).tolist()
