@@ -55,12 +55,25 @@ def quick_problems(meta: LeRobotMeta) -> list[str]:
         out.append(f"{meta.root / 'meta' / 'info.json'}: fps {meta.fps}, expected > 0")
     if not (meta.root / "shards.json").is_file():
         for key in meta.video_keys:
-            files = {meta.video_file(key, e) for e in range(meta.num_episodes)}
-            missing = sorted(str(p) for p in files if not p.is_file())
-            if missing:
-                more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-                out.append(f"{missing[0]}: missing video file of feature {key!r}{more}")
+            out += [
+                _missing_video(path, key, eps)
+                for path, eps in _episodes_by_video(meta, key).items()
+                if not path.is_file()
+            ]
     return out + _stats_problems(meta)
+
+
+def _episodes_by_video(meta: LeRobotMeta, key: str) -> dict[Path, list[int]]:
+    files: dict[Path, list[int]] = {}
+    for e in range(meta.num_episodes):
+        files.setdefault(meta.video_file(key, e), []).append(e)
+    return files
+
+
+def _missing_video(path: Path, key: str, episodes: list[int]) -> str:
+    """The same line from the run's quick check and from `inspect`, so `preflight`, which
+    prints both, says it once."""
+    return f"{path}: missing video file; feature {key!r}, {describe_episodes(episodes)}"
 
 
 def _shard_problems(meta: LeRobotMeta) -> list[str]:
@@ -149,15 +162,13 @@ def _image_problems(
 
 
 def _video_problems(meta: LeRobotMeta, key: str) -> list[str]:
-    files: dict[Path, list[int]] = {}
-    for e in range(meta.num_episodes):
-        files.setdefault(meta.video_file(key, e), []).append(e)
+    files = _episodes_by_video(meta, key)
     end = meta.episodes[f"videos/{key}/to_timestamp"]
     out = []
     for path, eps in files.items():
         where = f"feature {key!r}, {describe_episodes(eps)}"
         if not path.is_file():
-            out.append(f"{path}: missing video file; {where}")
+            out.append(_missing_video(path, key, eps))
             continue
         try:
             last, size = _video_end(path)
