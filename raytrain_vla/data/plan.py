@@ -211,11 +211,10 @@ class SamplePlan:
     def first_ids(self, n: int) -> np.ndarray:
         """The first `n` training sample ids in id order (tools and benchmarks)."""
         parts, left = [], n
-        for start, length in zip(
-            self.spans.run_start.tolist(), self.spans.run_length.tolist(), strict=True
-        ):
+        for start, length in zip(self.spans.run_start, self.spans.run_length, strict=True):
             if left <= 0:
                 break
+            start, length = int(start), int(length)  # narrow types would wrap in the sum
             parts.append(np.arange(start, start + min(length, left), dtype=np.int64))
             left -= parts[-1].size
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
