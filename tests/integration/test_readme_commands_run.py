@@ -70,6 +70,11 @@ def test_the_readmes_data_export_eval_and_report_commands_run(tmp_path, monkeypa
         == 0
     )
     assert (shards / "shards.json").is_file()
+    mixture = f"--data.mixture=[{{root: {demo}, weight: 2}}, {{root: {shards}, name: shards}}]"
+    line = "python -m raytrain_vla.data preflight --data.mixture=MIXTURE"
+    assert run_readme(line, {"--data.mixture=MIXTURE": mixture}) == 0
+    out = capsys.readouterr().out
+    assert "0 error(s)" in out, out
 
     # `make run` in small: the default config (data.root=demo writes the demo on first use).
     runs = tmp_path / "runs"
