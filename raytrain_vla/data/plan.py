@@ -19,12 +19,14 @@ from typing import Protocol
 
 import numpy as np
 
-from raytrain_vla.data.index_shuffle import index_shuffle, round_keys
+from raytrain_vla.data.index_shuffle import index_shuffle, index_unshuffle, round_keys
 
 PLAN_VERSION = 2
-BLOCK = 4096  # spans per block whose summed lengths are kept per epoch
+BLOCK = 256  # spans per block whose summed lengths are kept per epoch
+GROUP = 32  # segments of the run table per anchor (a multiple of 8: whole bytes of flags)
 _SPAN_ORDER, _WINDOW = 0, 1  # key tags, so the two shuffles never share keys
-_BLOCK_CACHE = 4
+_BLOCK_CACHE = 2  # the block a step ends in is the next one's first
+_LOOKUP_CHUNK = 4096  # spans decoded at once: bounded (chunk, GROUP) scratch
 
 
 def runs_of(sample_ids: np.ndarray, episode_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -38,21 +40,25 @@ def runs_of(sample_ids: np.ndarray, episode_of: np.ndarray) -> tuple[np.ndarray,
     return ids[starts], lengths.astype(np.int64)
 
 
-def _narrowest(values: np.ndarray, largest: int) -> np.ndarray:
-    """`values` in the narrowest unsigned or signed integer type that holds `largest`: the run
-    table is the only plan state that grows with the dataset, so it is kept at 2-4 bytes a
-    column where the ids allow."""
-    for dtype in (np.uint16, np.int32, np.int64):
-        if largest <= np.iinfo(dtype).max:
+def _narrowest(values: np.ndarray, largest: int, smallest: int = 0) -> np.ndarray:
+    """`values` in the narrowest integer type that holds [smallest, largest]: the run table is
+    the only plan state that grows with the dataset, so it is kept at 2 bytes a column where
+    the ids allow."""
+    for dtype in (np.uint16, np.int16, np.int32, np.int64):
+        if np.iinfo(dtype).min <= smallest and largest <= np.iinfo(dtype).max:
             return np.asarray(values).astype(dtype)
-    raise ValueError(f"{largest} does not fit in int64")
+    raise ValueError(f"[{smallest}, {largest}] does not fit in int64")
 
 
 class Spans:
     """Runs cut into spans of <= span_len consecutive samples, addressed by span number.
 
-    Holds three narrow columns per run (first id, length, span edges); everything read from
-    them is widened to int64 before any arithmetic."""
+    The runs are held as a sequence of segments: each run, preceded by a jump segment where it
+    does not start at the previous run's end (held-out episodes, or runs out of order). That is
+    one column of segment lengths (2 bytes each where they fit), one bit per segment saying
+    which are runs, and every GROUP segments an anchor (first id, spans before it): about
+    2.4 bytes a run. A lookup decodes the one group its span falls in; everything read from
+    the columns is widened to int64 before any arithmetic."""
 
     def __init__(self, run_start: np.ndarray, run_length: np.ndarray, span_len: int):
         if span_len < 1:
@@ -61,22 +67,74 @@ class Spans:
         start = np.asarray(run_start, dtype=np.int64)[keep]
         length = np.asarray(run_length, dtype=np.int64)[keep]
         self.span_len = span_len
-        edges = np.concatenate([[0], np.cumsum(-(-length // span_len))])
-        self.count = int(edges[-1])
+        self.count = int((-(-length // span_len)).sum())
         self.num_samples = int(length.sum())
-        self.run_start = _narrowest(start, int((start + length).max()) if len(start) else 0)
-        self.run_length = _narrowest(length, int(length.max()) if len(length) else 0)
-        self.run_span_edges = _narrowest(edges, self.count)  # run r holds spans [e[r], e[r+1])
+        self.origin = int(start[0]) if len(start) else 0
+        jump = start - np.concatenate([[self.origin], (start + length)[:-1]])
+        has_jump = jump != 0
+        run_segment = np.arange(len(start)) + np.cumsum(has_jump)
+        self.num_segments = len(start) + int(has_jump.sum())
+        seg = np.zeros(self.num_segments, np.int64)
+        is_run = np.zeros(self.num_segments + -self.num_segments % GROUP, bool)
+        seg[run_segment], is_run[run_segment] = length, True
+        seg[run_segment[has_jump] - 1] = jump[has_jump]
+        self.segment_length = _narrowest(seg, int(seg.max(initial=0)), int(seg.min(initial=0)))
+        self.segment_is_run = np.packbits(is_run)  # GROUP // 8 bytes per group
+        spans = np.where(is_run[: self.num_segments], -(-seg // span_len), 0)
+        anchors = np.arange(0, self.num_segments, GROUP)
+        id_before = np.concatenate([[0], np.cumsum(seg)])[anchors]  # from origin
+        self.anchor_id = _narrowest(id_before, int(id_before.max(initial=0)),
+                                    int(id_before.min(initial=0)))  # fmt: skip
+        span_before = np.concatenate([[0], np.cumsum(spans)])[anchors]
+        self.anchor_span = _narrowest(span_before, self.count)
+
+    def _group_runs(self, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(segment lengths, is-run flags) of each group, one row of GROUP per group; the
+        segments past the last are empty jumps."""
+        index = group[:, None] * GROUP + np.arange(GROUP)
+        seg = self.segment_length[np.minimum(index, self.num_segments - 1)].astype(np.int64)
+        seg[index >= self.num_segments] = 0
+        bits = self.segment_is_run.reshape(-1, GROUP // 8)[group]
+        return seg, np.unpackbits(bits, axis=1).astype(bool)
 
     def bounds(self, span: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(first sample id, length) of each span number."""
         span = np.asarray(span, dtype=np.int64)
-        edges = self.run_span_edges  # spans < count fit its type: no widened copy of it
-        run = np.searchsorted(edges, span.astype(edges.dtype), side="right") - 1
-        k = span - edges[run].astype(np.int64)
-        start = self.run_start[run].astype(np.int64) + k * self.span_len
-        left = self.run_length[run].astype(np.int64) - k * self.span_len
-        return start, np.minimum(self.span_len, left)
+        if len(span) <= _LOOKUP_CHUNK:
+            return self._bounds(span)
+        parts = [
+            self._bounds(span[i : i + _LOOKUP_CHUNK]) for i in range(0, len(span), _LOOKUP_CHUNK)
+        ]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    def _bounds(self, span: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`bounds` of one chunk: (len(span), GROUP) scratch."""
+        anchors = self.anchor_span  # spans < count fit its type: no widened copy of it
+        group = np.searchsorted(anchors, span.astype(anchors.dtype), side="right") - 1
+        local = span - anchors[group].astype(np.int64)
+        seg, is_run = self._group_runs(group)
+        spans = np.where(is_run, -(-seg // self.span_len), 0)
+        spans_end = np.cumsum(spans, axis=1)
+        rows = np.arange(len(span))
+        at = (spans_end <= local[:, None]).sum(axis=1)  # the run holding the span
+        run_first = np.cumsum(seg, axis=1)[rows, at] - seg[rows, at]
+        k = local - (spans_end[rows, at] - spans[rows, at])
+        start = self.origin + self.anchor_id[group].astype(np.int64) + run_first + k * self.span_len
+        return start, np.minimum(self.span_len, seg[rows, at] - k * self.span_len)
+
+    def iter_runs(self, segments_at_once: int = 1 << 16) -> Iterator[tuple[np.ndarray, ...]]:
+        """(first id, length, first span number) of the runs in order, decoded a chunk of
+        segments at a time, so a pass over every run holds O(chunk), never the whole table."""
+        step = max(GROUP, segments_at_once // GROUP * GROUP)
+        for first in range(0, self.num_segments, step):
+            seg = self.segment_length[first : first + step].astype(np.int64)
+            bits = self.segment_is_run[first // 8 : (first + len(seg) + 7) // 8]
+            is_run = np.unpackbits(bits)[: len(seg)].astype(bool)
+            group = first // GROUP
+            id_end = self.origin + int(self.anchor_id[group]) + np.cumsum(seg)
+            spans = np.where(is_run, -(-seg // self.span_len), 0)
+            span_end = int(self.anchor_span[group]) + np.cumsum(spans)
+            yield (id_end - seg)[is_run], seg[is_run], (span_end - spans)[is_run]
 
     def all(self) -> list[np.ndarray]:
         """Every span's sample ids in span-number order (small datasets and tests only)."""
@@ -85,7 +143,10 @@ class Spans:
 
     @property
     def nbytes(self) -> int:
-        return self.run_start.nbytes + self.run_length.nbytes + self.run_span_edges.nbytes
+        return sum(
+            a.nbytes
+            for a in (self.segment_length, self.segment_is_run, self.anchor_id, self.anchor_span)
+        )
 
 
 @dataclass(frozen=True)
@@ -150,45 +211,65 @@ class SamplePlan:
 
     # -- P_e, position by position -------------------------------------------------------
     def _block_ends(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-        """(span-order keys, end position of each block of BLOCK shuffled spans) for `epoch`:
-        one O(spans) pass per epoch, O(spans / BLOCK) kept."""
+        """(span-order keys, end position of each block of BLOCK shuffled spans) for `epoch`.
+
+        A block's length is BLOCK full spans less what its short spans lack, and only a run's
+        last span can be short; so one pass over the runs puts each short span in its block
+        by the inverse shuffle: O(runs) per epoch, O(spans / BLOCK) kept."""
         if self._epoch_blocks is None or self._epoch_blocks[0] != epoch:
             keys = round_keys((self.seed, epoch, _SPAN_ORDER))
-            sums, step = [], BLOCK * 16  # bounded scratch memory
-            for start in range(0, self.spans.count, step):
-                order = np.arange(start, min(start + step, self.spans.count))
-                _, length = self.spans.bounds(index_shuffle(order, self.spans.count, keys))
-                sums.append(np.add.reduceat(length, np.arange(0, len(order), BLOCK)))
-            self._epoch_blocks = (epoch, keys, np.cumsum(np.concatenate(sums)))
+            count, span_len = self.spans.count, self.spans.span_len
+            blocks = -(-count // BLOCK)
+            lacking = np.zeros(blocks, np.int64)
+            for _, length, first_span in self.spans.iter_runs():
+                spans = -(-length // span_len)
+                lack = spans * span_len - length
+                short = np.flatnonzero(lack)
+                where = index_unshuffle(first_span[short] + spans[short] - 1, count, keys)
+                np.add.at(lacking, where // BLOCK, lack[short])
+            full = np.full(blocks, BLOCK * span_len, np.int64)
+            full[-1] = (count - (blocks - 1) * BLOCK) * span_len
+            ends = np.cumsum(full - lacking)
+            self._epoch_blocks = (epoch, keys, _narrowest(ends, int(ends[-1])))
         return self._epoch_blocks[1], self._epoch_blocks[2]
 
-    def _block(self, epoch: int, block: int) -> tuple[np.ndarray, np.ndarray]:
-        """(first sample id, start position within the block) of the block's spans in order."""
-        if (epoch, block) not in self._blocks:
-            keys, _ = self._block_ends(epoch)
-            order = np.arange(block * BLOCK, min((block + 1) * BLOCK, self.spans.count))
+    def _fill_blocks(self, epoch: int, blocks: np.ndarray, keys: np.ndarray) -> None:
+        """Cache (first sample id, start position within the block) of the spans of each of
+        `blocks` in shuffled order; the missing ones in one vectorised pass."""
+        missing = np.array([b for b in blocks.tolist() if (epoch, b) not in self._blocks], np.int64)
+        if len(missing):
+            lo = missing * BLOCK
+            sizes = np.minimum(lo + BLOCK, self.spans.count) - lo
+            ends = np.cumsum(sizes)
+            order = np.arange(ends[-1]) + np.repeat(lo - (ends - sizes), sizes)
             start, length = self.spans.bounds(index_shuffle(order, self.spans.count, keys))
-            span_pos = np.cumsum(length) - length
-            self._blocks[(epoch, block)] = (
-                _narrowest(start, int(start.max())),
-                _narrowest(span_pos, int(span_pos[-1])),
-            )
-            while len(self._blocks) > _BLOCK_CACHE:
-                self._blocks.popitem(last=False)
-        self._blocks.move_to_end((epoch, block))
-        return self._blocks[(epoch, block)]
+            for b, a, e in zip(
+                missing.tolist(), (ends - sizes).tolist(), ends.tolist(), strict=True
+            ):
+                first, size = start[a:e], length[a:e]
+                span_pos = np.cumsum(size) - size
+                self._blocks[(epoch, b)] = (
+                    _narrowest(first, int(first.max())),
+                    _narrowest(span_pos, int(span_pos[-1])),
+                )
+        for b in blocks.tolist():
+            self._blocks.move_to_end((epoch, b))
 
     def _spans_at(self, epoch: int, flat: np.ndarray) -> np.ndarray:
         """Sample ids at positions of the shuffled span sequence (before the window shuffle)."""
-        _, block_end = self._block_ends(epoch)
-        block = np.searchsorted(block_end, flat, side="right")
+        keys, block_end = self._block_ends(epoch)  # positions < num_samples fit its type
+        block = np.searchsorted(block_end, flat.astype(block_end.dtype), side="right")
+        needed = np.unique(block)
+        self._fill_blocks(epoch, needed, keys)
         out = np.empty(len(flat), np.int64)
-        for b in np.unique(block):
+        for b in needed.tolist():
             sel = np.flatnonzero(block == b)
-            local = flat[sel] - (block_end[b - 1] if b else 0)
-            first_id, span_pos = self._block(epoch, int(b))
+            local = flat[sel] - (int(block_end[b - 1]) if b else 0)
+            first_id, span_pos = self._blocks[(epoch, b)]
             i = np.searchsorted(span_pos, local, side="right") - 1
             out[sel] = first_id[i].astype(np.int64) + local - span_pos[i]
+        while len(self._blocks) > _BLOCK_CACHE:  # all the call needed were held until here
+            self._blocks.popitem(last=False)
         return out
 
     def ids_at(self, epoch: int, positions: np.ndarray) -> np.ndarray:
@@ -197,26 +278,28 @@ class SamplePlan:
         if pos.size and (pos.min() < 0 or pos.max() >= self.num_samples):
             raise IndexError(f"positions outside epoch of {self.num_samples} samples")
         window = self.shuffle_window
-        if window <= 1:
+        if window <= 1 or not pos.size:
             return self._spans_at(epoch, pos)
+        windows, which = np.unique(pos // window, return_inverse=True)
+        keys = np.stack([round_keys((self.seed, epoch, _WINDOW, w)) for w in windows.tolist()], 1)
+        base = windows * window
+        size = np.minimum(window, self.num_samples - base)
         flat = np.empty_like(pos)
-        w_of = pos // window
-        for w in np.unique(w_of):
-            sel = np.flatnonzero(w_of == w)
-            base = int(w) * window
-            size = min(window, self.num_samples - base)
-            flat[sel] = base + index_shuffle(pos[sel] - base, size, (self.seed, epoch, _WINDOW, w))
+        for n in np.unique(size).tolist():  # all full windows in one pass; a short last one
+            sel = np.flatnonzero(size[which] == n)
+            w = which[sel]
+            flat[sel] = base[w] + index_shuffle(pos[sel] - base[w], n, keys[:, w])
         return self._spans_at(epoch, flat)
 
     def first_ids(self, n: int) -> np.ndarray:
         """The first `n` training sample ids in id order (tools and benchmarks)."""
         parts, left = [], n
-        for start, length in zip(self.spans.run_start, self.spans.run_length, strict=True):
-            if left <= 0:
-                break
-            start, length = int(start), int(length)  # narrow types would wrap in the sum
-            parts.append(np.arange(start, start + min(length, left), dtype=np.int64))
-            left -= parts[-1].size
+        for start, length, _ in self.spans.iter_runs(segments_at_once=GROUP * 8):
+            for first, size in zip(start.tolist(), length.tolist(), strict=True):
+                if left <= 0:
+                    return np.concatenate(parts)
+                parts.append(np.arange(first, first + min(size, left), dtype=np.int64))
+                left -= parts[-1].size
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     def permutation(self, epoch: int) -> np.ndarray:
@@ -330,56 +413,60 @@ def cut_tasks(
     samples_per_task: int,
     micro_batch: int,
     groups: Iterable[tuple[int, int]] | None = None,
+    per_step: int = 0,
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(ids, epoch per id) read tasks from per-step (ids, epoch or epoch per id) work, holding
     one task's worth at a time. Without `groups`, cut exactly as `read_tasks` cuts the
     concatenated work.
 
-    With `groups` (one (epoch, window) key per step, `SamplePlan.window_groups`), a task holds
-    whole groups, packed while the next one fits, so that no group's samples are split between
-    tasks (each task decodes its windows' spans together) unless one group alone exceeds the
-    size; and a task never spans two epochs. A key is read before its step's ids, so the next
-    epoch's order is computed only when its first task is.
+    With `groups` (one (epoch, window) key per step, `SamplePlan.window_groups`) and every step
+    `per_step` samples, a task holds whole groups, packed while the next one fits, so that no
+    group's samples are split between tasks (each task decodes its windows' spans together)
+    unless one group alone exceeds the size; and a task never spans two epochs. Where a task
+    ends is decided from the keys alone, so a step's ids are computed only when its own task
+    is: the next epoch's order, or the plan's next batch of steps, never for a look ahead.
     """
     size = task_size(samples_per_task, micro_batch)
     if groups is None:
         yield from _cut_by_size(steps, size)
         return
-    packer = _Packer(size)
-    steps = iter(steps)
-    ids: list[np.ndarray] = []
-    epochs: list[np.ndarray] = []
-    held, current = 0, None
+    if per_step < 1:
+        raise ValueError(f"cutting by groups needs the samples per step, got {per_step}")
+    packer = _Packer(size, iter(steps))
+    count, current = 0, None
     for key in groups:
-        if held and key != current:
-            yield from packer.add(ids, epochs, held, epoch_ends=key[0] != current[0])
-            ids, epochs, held = [], [], 0
+        if count and key != current:
+            yield from packer.add(count, count * per_step, epoch_ends=key[0] != current[0])
+            count = 0
         current = key
-        step_ids, epoch = next(steps)
-        ids.append(np.asarray(step_ids, np.int64))
-        epochs.append(np.broadcast_to(np.asarray(epoch, np.int64), len(step_ids)).copy())
-        held += len(step_ids)
-    if held:
-        yield from packer.add(ids, epochs, held, epoch_ends=True)
+        count += 1
+    if count:
+        yield from packer.add(count, count * per_step, epoch_ends=True)
 
 
 class _Packer:
-    """Whole groups of samples packed into tasks of at most `size`."""
+    """Whole groups of steps packed into tasks of at most `size` samples."""
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, steps: Iterator[tuple[np.ndarray, int | np.ndarray]]):
         self.size = size
+        self.steps = steps
         self.ids: list[np.ndarray] = []
         self.epochs: list[np.ndarray] = []
         self.held = 0
 
     def add(
-        self, ids: list[np.ndarray], epochs: list[np.ndarray], held: int, epoch_ends: bool
+        self, steps: int, samples: int, epoch_ends: bool
     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """The tasks this group completes: the open task first if the group does not fit in
-        it, then full tasks if the group alone is larger, then the rest at an epoch's end."""
-        if self.held and self.held + held > self.size:
+        """The tasks a group of `steps` steps (`samples` samples) completes: the open task
+        first if the group does not fit in it (before the group's ids are read), then full
+        tasks if the group alone is larger, then the rest at an epoch's end."""
+        if self.held and self.held + samples > self.size:
             yield self._take(self.held)
-        self.ids, self.epochs, self.held = self.ids + ids, self.epochs + epochs, self.held + held
+        for _ in range(steps):
+            step_ids, epoch = next(self.steps)
+            self.ids.append(np.asarray(step_ids, np.int64))
+            self.epochs.append(np.broadcast_to(np.asarray(epoch, np.int64), len(step_ids)).copy())
+            self.held += len(step_ids)
         while self.held >= self.size:
             yield self._take(self.size)
         if epoch_ends and self.held:
@@ -435,4 +522,4 @@ def rank_read_tasks(
     steps = plan.iter_rank_work(start_step, end_step, rank, world_size)
     follow = follow_windows and plan.shuffle_window >= plan.global_batch_size
     groups = plan.window_groups(start_step, end_step, rank, world_size) if follow else None
-    return cut_tasks(steps, max_samples, micro_batch, groups)
+    return cut_tasks(steps, max_samples, micro_batch, groups, plan.global_batch_size // world_size)

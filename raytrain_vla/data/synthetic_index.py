@@ -21,8 +21,11 @@ EPISODES_PER_DATA_FILE, EPISODES_PER_VIDEO_FILE = 500, 100
 def synthetic_meta(frames: int, episodes: int, tasks: int = 1000) -> LeRobotMeta:
     rng = np.random.default_rng(0)
     length = rng.integers(100, 301, episodes)
-    length = np.maximum(1, np.round(length * frames / length.sum())).astype(np.int64)
-    length[-1] += frames - length.sum()
+    length = np.maximum(1, np.floor(length * frames / length.sum())).astype(np.int64)
+    short = frames - int(length.sum())  # rounding down leaves < episodes frames over
+    if short < 0:
+        raise ValueError(f"{episodes} episodes of at least one frame exceed {frames} frames")
+    np.add.at(length, np.arange(short) % episodes, 1)  # every length stays positive
     end = np.cumsum(length)
     video = {"dtype": "video", "shape": [480, 640, 3], "names": ["height", "width", "channels"]}
     features = {k: dict(video) for k in CAMERAS}

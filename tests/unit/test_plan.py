@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from raytrain_vla.data.index_shuffle import index_shuffle
-from raytrain_vla.data.plan import BLOCK, Cursor, SamplePlan, Spans, runs_of
+from raytrain_vla.data.index_shuffle import index_shuffle, index_unshuffle
+from raytrain_vla.data.plan import BLOCK, GROUP, Cursor, SamplePlan, Spans, runs_of
 
 
 def _dataset(lengths=(13, 7, 20, 1, 16, 33)):
@@ -98,7 +98,7 @@ def test_the_plan_never_holds_an_epoch():
     assert len(ids) == 4 and len(set(ids.tolist())) == 4
     per_sample_array = plan.num_samples * 8
     assert plan.nbytes < per_sample_array / 40
-    assert plan.spans.nbytes <= 10 * (len(lengths) + 1)  # int32 ids and edges, uint16 lengths
+    assert plan.spans.nbytes <= 2.5 * len(lengths)  # uint16 lengths, a bit, an anchor per GROUP
     spans = plan.spans.count
     assert plan.nbytes < plan.spans.nbytes + spans // BLOCK * 8 + 16 * (BLOCK * 16 + 64)
 
@@ -218,19 +218,89 @@ def test_the_order_of_plan_version_2_is_pinned():
 
 
 @pytest.mark.parametrize("offset", [0, 2**16, 2**31 + 5])
-def test_the_run_table_is_narrow_and_the_order_does_not_depend_on_its_types(offset):
-    """Ids below 2**16, 2**31 and beyond take 2, 4 and 8 bytes a column; the plan over runs
-    shifted by `offset` reads the same positions, shifted."""
+def test_the_run_table_is_two_bytes_a_segment_and_the_order_does_not_depend_on_where_ids_start(
+    offset,
+):
+    """Runs with gaps between them (held-out episodes) cost a length and a jump of 2 bytes each
+    plus a bit and an anchor share, wherever the ids start; the plan over runs shifted by
+    `offset` reads the same positions, shifted."""
     starts, lengths = _pinned_runs(0)
     base = SamplePlan.from_runs(starts, lengths, seed=3, global_batch_size=64, shuffle_window=256)
     moved = SamplePlan.from_runs(starts + offset, lengths, seed=3, global_batch_size=64,
                                  shuffle_window=256)  # fmt: skip
-    width = {0: 4, 2**16: 4, 2**31 + 5: 8}[offset]  # ids of the 400 runs reach ~70k
-    assert moved.spans.run_start.itemsize == width
-    assert base.spans.run_length.itemsize == base.spans.run_span_edges.itemsize == 2
+    table = moved.spans
+    assert table.segment_length.dtype == np.uint16
+    segments = table.num_segments
+    assert 400 < segments <= 800
+    assert (
+        table.nbytes
+        == base.spans.nbytes
+        <= 2 * segments + segments / 8 + 8 * (segments / GROUP + 1)
+    )
     positions = np.arange(0, base.num_samples, 37)
     for epoch in (0, 2):
         got = moved.ids_at(epoch, positions)
         assert got.dtype == np.int64
         np.testing.assert_array_equal(got, base.ids_at(epoch, positions) + offset)
     assert base.first_ids(500).tolist() == (moved.first_ids(500) - offset).tolist()
+
+
+def _dense_spans(starts, lengths, span_len):
+    return [
+        (int(s) + k, min(span_len, int(n) - k))
+        for s, n in zip(starts, lengths, strict=True)
+        for k in range(0, int(n), span_len)
+    ]
+
+
+@pytest.mark.parametrize(
+    "layout", ["ascending", "shuffled", "long runs", "far jumps", "empty runs"]
+)
+def test_the_compact_run_table_gives_every_span_and_block_as_the_runs_do(layout):
+    """Span bounds, the runs read back in order and the per-epoch block ends equal those
+    computed directly from (first id, length) lists: runs in any order (jumps back), runs
+    longer than 2 bytes hold, jumps wider than that, runs of length 0."""
+    rng = np.random.default_rng(len(layout))
+    n = 700
+    lengths = rng.integers(1, 40, size=n)
+    if layout == "long runs":
+        lengths[[100, 500]] = 65_536 + 7, 70_001
+    gaps = rng.integers(0, 3, size=n) * rng.integers(1, 30, size=n)
+    if layout == "far jumps":
+        gaps[::97] = 2**40
+    starts = np.cumsum(lengths + gaps) - lengths
+    if layout == "shuffled":
+        order = rng.permutation(n)
+        starts, lengths = starts[order], lengths[order]
+    if layout == "empty runs":
+        lengths[::7] = 0
+    span_len = 4
+    plan = SamplePlan.from_runs(starts, lengths, seed=2, global_batch_size=64, span_len=span_len)
+    dense = _dense_spans(starts[lengths > 0], lengths[lengths > 0], span_len)
+    spans = plan.spans
+    assert spans.count == len(dense) > 3 * BLOCK
+    first, size = spans.bounds(np.arange(spans.count))
+    assert list(zip(first.tolist(), size.tolist(), strict=True)) == dense
+    runs = [
+        np.concatenate(part)
+        for part in zip(*spans.iter_runs(segments_at_once=GROUP * 3), strict=True)
+    ]
+    keep = lengths > 0
+    np.testing.assert_array_equal(runs[0], starts[keep])
+    np.testing.assert_array_equal(runs[1], lengths[keep])
+    np.testing.assert_array_equal(runs[2][1:], np.cumsum(-(-lengths[keep] // span_len))[:-1])
+    for epoch in (0, 3):
+        keys, ends = plan._block_ends(epoch)
+        _, shuffled = spans.bounds(index_shuffle(np.arange(spans.count), spans.count, keys))
+        direct = np.cumsum(np.add.reduceat(shuffled, np.arange(0, spans.count, BLOCK)))
+        np.testing.assert_array_equal(ends, direct)
+    assert np.array_equal(np.sort(plan.permutation(1)), np.sort(np.concatenate(spans.all())))
+
+
+@pytest.mark.parametrize("n", [2, 3, 100, 4097])
+def test_index_unshuffle_inverts_index_shuffle(n):
+    perm = index_shuffle(np.arange(n), n, (9, 4))
+    np.testing.assert_array_equal(index_unshuffle(perm, n, (9, 4)), np.arange(n))
+    np.testing.assert_array_equal(
+        index_shuffle(index_unshuffle(np.arange(n), n, (9,)), n, (9,)), np.arange(n)
+    )

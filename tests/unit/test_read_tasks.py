@@ -187,3 +187,32 @@ def test_a_task_holds_more_samples_when_it_resizes_while_decoding():
     )  # fmt: skip
     native, resized = samples_per_task(cfg, spec), samples_per_task(cfg, spec, (224, 224))
     assert (native, resized) == (144, 888)  # 256 MiB / (2 x 480x640x3) vs / (2 x 224x224x3)
+
+
+def test_the_synthetic_index_holds_every_frame_in_episodes_of_positive_length():
+    """The scale benchmark's index: its last episode once took the rounding and went negative."""
+    meta = synthetic_meta(1_000_000, episodes=5_000)
+    length = meta.episode_length
+    assert length.min() >= 1 and int(length.sum()) == meta.total_frames == 1_000_000
+    np.testing.assert_array_equal(meta.episode_from_index, np.cumsum(length) - length)
+
+
+def test_a_task_ends_before_the_next_groups_ids_are_computed():
+    """Where a window-packed task ends follows from the window keys alone: the first task
+    after a resume mid-window pulls exactly its own steps from the plan, none of the group
+    that no longer fits (a look ahead that used to cost the plan a batch of steps)."""
+    lengths = np.full(400, 50)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    plan = SamplePlan.from_runs(starts, lengths, seed=1, global_batch_size=64, shuffle_window=256)
+    pulled = []
+
+    def counted(start, end, rank, world):
+        for step in SamplePlan.iter_rank_work(plan, start, end, rank, world):
+            pulled.append(step)
+            yield step
+
+    plan.iter_rank_work = counted
+    tasks = rank_read_tasks(plan, 5, 2 * plan.steps_per_epoch, 0, 32, 128, 2)
+    ids, _ = next(tasks)
+    assert len(ids) == 126  # 3 steps left of the first window, 15 windows of 4 steps, 2 each
+    assert sum(len(step) for step, _ in pulled) == len(ids)
