@@ -118,24 +118,30 @@ class MixturePlan:
         return self.base[None] + extra
 
     # -- the slots of one step -----------------------------------------------------------------
-    def _slot_ids(self, step: int, slots: np.ndarray, before: np.ndarray, counts: np.ndarray):
-        """(global ids, per-sample epoch of its dataset, dataset) at positions `slots` of
-        step `step`, given the datasets' samples before it and in it."""
-        G = self.global_batch_size
-        j = index_shuffle(slots, G, (self.seed, step, _SLOTS))  # keyed slot order
-        ends = np.cumsum(counts)
-        dataset = np.searchsorted(ends, j, side="right")
-        stream = before[dataset] + j - (ends[dataset] - counts[dataset])
-        ids = np.empty(len(slots), np.int64)
-        epochs = np.empty(len(slots), np.int64)
-        for d in np.unique(dataset):
-            sel = np.flatnonzero(dataset == d)
-            plan = self.plans[d]
-            epoch, pos = np.divmod(stream[sel], plan.num_samples)
-            for e in np.unique(epoch):
-                at = sel[epoch == e]
-                ids[at] = plan.ids_at(int(e), pos[epoch == e]) + self.offsets[d]
-                epochs[at] = e
+    def _slot_ids(
+        self, steps: np.ndarray, slots: np.ndarray, before: np.ndarray, counts: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(global ids, per-sample epoch of its dataset, dataset), each (len(steps), len(slots)),
+        at positions `slots` of each of `steps`, given each step's samples of every dataset
+        before it and in it ((len(steps), datasets) each). One pass for all the steps: a keyed
+        slot order per step, then one plan lookup per dataset and epoch."""
+        G, P = self.global_batch_size, len(slots)
+        keys = np.stack([round_keys((self.seed, s, _SLOTS)) for s in steps.tolist()], axis=1)
+        j = index_shuffle(np.tile(slots, len(steps)), G, np.repeat(keys, P, axis=1))
+        j = j.reshape(len(steps), P)  # keyed slot order
+        ends = np.cumsum(counts, axis=1)
+        dataset = (j[:, :, None] >= ends[:, None, :]).sum(axis=2)
+        row = np.arange(len(steps))[:, None]
+        stream = before[row, dataset] + j - (ends[row, dataset] - counts[row, dataset])
+        ids = np.empty(j.shape, np.int64)
+        epochs = np.empty(j.shape, np.int64)
+        for d in np.unique(dataset).tolist():
+            plan, mine = self.plans[d], dataset == d
+            epoch, pos = np.divmod(stream[mine], plan.num_samples)
+            got, got_epoch = np.empty(len(pos), np.int64), epoch
+            for e in np.unique(epoch).tolist():
+                got[epoch == e] = plan.ids_at(e, pos[epoch == e]) + self.offsets[d]
+            ids[mine], epochs[mine] = got, got_epoch
         return ids, epochs, dataset
 
     def _per_rank(self, world_size: int) -> int:
@@ -155,10 +161,11 @@ class MixturePlan:
         before = self.samples_before(start_step)
         for first in range(start_step, end_step, steps_at_once):
             steps = np.arange(first, min(end_step, first + steps_at_once))
-            for step, counts in zip(steps.tolist(), self._counts(steps), strict=True):
-                ids, epochs, _ = self._slot_ids(step, slots, before, counts)
-                yield ids, epochs
-                before = before + counts
+            counts = self._counts(steps)
+            befores = before + np.cumsum(counts, axis=0) - counts
+            ids, epochs, _ = self._slot_ids(steps, slots, befores, counts)
+            yield from zip(ids, epochs, strict=True)
+            before = befores[-1] + counts[-1]
 
     def window_groups(self, start_step: int, end_step: int, rank: int, world_size: int):
         raise NotImplementedError("mixture read tasks are cut by size (shuffle_window = 0)")
@@ -173,8 +180,9 @@ class MixturePlan:
     def global_batch_datasets(self, step: int) -> np.ndarray:
         """The dataset of each slot of step `step` (tests and tools)."""
         G = self.global_batch_size
-        counts = self._counts(np.array([step]))[0]
-        return self._slot_ids(step, np.arange(G), self.samples_before(step), counts)[2]
+        steps = np.array([step])
+        before = self.samples_before(step)[None]
+        return self._slot_ids(steps, np.arange(G), before, self._counts(steps))[2][0]
 
     def rank_work(self, start_step: int, end_step: int, rank: int, world_size: int) -> np.ndarray:
         parts = [ids for ids, _ in self.iter_rank_work(start_step, end_step, rank, world_size)]

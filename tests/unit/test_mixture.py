@@ -341,3 +341,28 @@ def test_v21_v30_and_shards_mix_and_read_the_same_frames(mixture_cfg, tmp_path):
             got, ref = cols[f"image/{key}"][sel].astype(int), want[f"image/{key}"].astype(int)
             assert np.abs(got - ref).mean() < (3 if d == 2 else 1e-9), roots[d]
     assert reference.camera_keys == view.views[3].source.camera_keys
+
+
+def _pinned_mixture() -> MixturePlan:
+    rng = np.random.default_rng(5)
+    plans, offsets, off = [], [], 0
+    for n in (30, 55, 12):
+        lengths = rng.integers(20, 90, size=n)
+        gaps = rng.integers(0, 30, size=n)
+        starts = np.cumsum(lengths + gaps) - lengths
+        plans.append(SamplePlan.from_runs(starts, lengths, 4, 1, shuffle_window=128))
+        offsets.append(off)
+        off += int(starts[-1] + lengths[-1])
+    return MixturePlan(plans, offsets, [0.5, 0.3, 0.2], 9, 48)
+
+
+def test_the_order_of_a_mixture_is_pinned():
+    """Ids and per-dataset epochs as the step-by-step mixture first gave them: the batched
+    slot order and plan lookups (several steps in one pass) must not move a sample."""
+    mix = _pinned_mixture()
+    work = list(mix.iter_rank_work(3, 150, 5, 6))
+    assert work[0][0][:6].tolist() == [5726, 6509, 352, 4522, 1009, 5802]
+    ids, epochs = work[-1]
+    assert ids.tolist() == [6054, 4796, 1302, 6081, 1717, 2964, 3386, 4795]
+    assert epochs.tolist() == [2, 0, 2, 2, 2, 0, 0, 0]
+    assert mix.global_batch_datasets(77)[:12].tolist() == [0, 0, 1, 0, 2, 0, 1, 1, 1, 0, 2, 2]
