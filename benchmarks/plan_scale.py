@@ -2,7 +2,7 @@
 
 A synthetic LeRobot v3.0 index (episodes of 100-300 frames, 500 episodes per data file, 100 per
 video file, two cameras, 1,000 tasks) is opened the way training opens it (`LeRobotSource` over
-the metadata, `SamplePlan.from_runs` over the training episodes). For the last of `--ranks`
+the metadata, `SamplePlan.from_runs` over the training episodes, 5% held out as by default). For the last of `--ranks`
 ranks it measures:
 
 - plan build: `from_runs` plus the first global step's rank slice (the per-epoch block pass);
@@ -34,6 +34,10 @@ import statistics
 import time
 import tracemalloc
 
+import numpy as np
+
+from raytrain_vla.config.schema import DataConfig
+from raytrain_vla.data.dataset import split_episodes
 from raytrain_vla.data.formats.lerobot_source import LeRobotSource
 from raytrain_vla.data.mixture_plan import MixturePlan
 from raytrain_vla.data.plan import SamplePlan, rank_read_tasks
@@ -69,16 +73,28 @@ def _per_step_s(plan, step: int, rank: int, world: int, steps: int = 100) -> flo
     return (time.perf_counter() - t0) / steps
 
 
-def measure_mixture(first, length, args, resume_step: int) -> dict:
-    """The frames' episodes dealt into `--mixture` datasets, weighted 1/1, 1/2, ..."""
+def training_runs(length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first id, length) of the training episodes of a dataset with these episode lengths,
+    held out as training holds them out by default (`data.val_fraction`)."""
+    length = np.asarray(length, np.int64)
+    first = np.cumsum(length) - length
+    held_out = split_episodes(len(length), DataConfig().val_fraction, [])
+    train = np.ones(len(length), bool)
+    train[held_out] = False
+    return first[train], length[train]
+
+
+def measure_mixture(length, args, resume_step: int) -> dict:
+    """The frames' episodes dealt into `--mixture` datasets (each with its own ids and held-out
+    episodes, as each dataset of a mixture has), weighted 1/1, 1/2, ..."""
     n, rank, world, g = args.mixture, args.ranks - 1, args.ranks, args.global_batch
-    parts = [(first[d::n], length[d::n]) for d in range(n)]
-    single = SamplePlan.from_runs(first, length, seed=0, global_batch_size=g)
+    parts = [training_runs(length[d::n]) for d in range(n)]
+    single = SamplePlan.from_runs(*training_runs(length), seed=0, global_batch_size=g)
 
     def build() -> MixturePlan:
-        plans = [SamplePlan.from_runs(f - f.min(), ln, 0, 1) for f, ln in parts]
-        offsets = [int(f.min()) for f, _ in parts]  # ids stay the frames' own
-        return MixturePlan(plans, offsets, [1 / (d + 1) for d in range(n)], 0, g)
+        plans = [SamplePlan.from_runs(f, ln, 0, 1) for f, ln in parts]
+        offsets = np.cumsum([0] + [int(ln.sum()) for _, ln in parts[:-1]])  # disjoint ids
+        return MixturePlan(plans, offsets.tolist(), [1 / (d + 1) for d in range(n)], 0, g)
 
     timings: dict[str, list[float]] = {"fresh": [], "resume": []}
     for _ in range(args.repeats):
@@ -107,7 +123,7 @@ def measure(frames: int, args) -> dict:
     episodes = max(1, round(frames * args.episodes_per_frame))
     meta = synthetic_meta(frames, episodes)
     rank, world, g = args.ranks - 1, args.ranks, args.global_batch
-    first, length = meta.episode_from_index, meta.episode_length
+    first, length = training_runs(meta.episode_length)
     t0 = time.perf_counter()
     source = LeRobotSource(meta, chunk_size=50, checked_files=False)
     t_source = time.perf_counter() - t0
@@ -136,7 +152,7 @@ def measure(frames: int, args) -> dict:
     tracemalloc.stop()
     before = before_bytes(frames, episodes, world, g)
     resume_step = int(3.9 * plan.steps_per_epoch)
-    mixture = measure_mixture(first, length, args, resume_step) if args.mixture > 1 else None
+    mixture = measure_mixture(meta.episode_length, args, resume_step) if args.mixture > 1 else None
     return {
         "frames": frames,
         "episodes": episodes,
