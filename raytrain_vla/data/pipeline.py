@@ -25,7 +25,7 @@ import logging
 import pickle
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from itertools import islice
+from itertools import chain, islice
 from typing import Protocol
 
 import numpy as np
@@ -77,6 +77,23 @@ def _configure_context() -> None:
     log_once("ray_data_progress_manager_disabled")
 
 
+LEAD_FRACTION = 8  # the stream's first read task is cut to this fraction of its samples
+
+
+def _split_lead(
+    task: tuple[np.ndarray, np.ndarray], micro_batch: int, fraction: int = LEAD_FRACTION
+) -> tuple[tuple[np.ndarray, np.ndarray], list[tuple[np.ndarray, np.ndarray]]]:
+    """The stream's first task, cut to its first 1/`fraction` (whole micro-batches): it
+    forms a segment of its own, so the first batch waits for one small decode instead of a
+    whole segment of full tasks, and the next segment starts decoding at once. The order of
+    the samples, and so everything keyed by them, is unchanged."""
+    ids, epochs = task
+    lead = max(micro_batch, len(ids) // fraction // micro_batch * micro_batch)
+    if lead >= len(ids):
+        return task, []
+    return (ids[:lead], epochs[:lead]), [(ids[lead:], epochs[lead:])]
+
+
 def _read_fn(post: Postprocess | None):
     def read(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         (blob,) = batch["read"]
@@ -117,12 +134,14 @@ def iter_rank_batches(
     epochs: np.ndarray | None = None,
     post: Postprocess | None = None,
     frame_size: tuple[int, int] | None = None,
+    lead_fraction: int = LEAD_FRACTION,
 ) -> Iterator[dict[str, np.ndarray]]:
     """Yield this rank's micro-batches (numpy columns) in plan order.
 
     `work` is an id array (with `epochs`, one per id, keying augmentation) or an iterable of
     (ids, epochs) read tasks such as `cut_tasks` yields; `post` runs inside the read tasks.
     `frame_size` (the processor's `frame_size`) has cameras resized as they are decoded.
+    The first task is decoded alone, cut to 1/`lead_fraction` (`_split_lead`; 1: whole).
     """
     _configure_context()
     if isinstance(work, np.ndarray):
@@ -134,12 +153,14 @@ def iter_rank_batches(
         )
     else:
         tasks = iter(work)
-    segments = iter(lambda: list(islice(tasks, tasks_per_segment)), [])
-    first = next(segments, None)
-    if first is None:
+    head = next(tasks, None)
+    if head is None:
         return
+    first, rest = _split_lead(head, micro_batch, lead_fraction)
+    tasks = chain(rest, tasks)
+    segments = iter(lambda: list(islice(tasks, tasks_per_segment)), [])
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="raytrain-vla-read") as pool:
-        pending = pool.submit(_materialize, source, first, num_cpus_per_task, post, frame_size)
+        pending = pool.submit(_materialize, source, [first], num_cpus_per_task, post, frame_size)
         while pending is not None:
             ds = pending.result()
             upcoming = next(segments, None)

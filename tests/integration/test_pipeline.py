@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import ray
 
+from raytrain_vla.data import pipeline
 from raytrain_vla.data.formats.lerobot import LeRobotMeta
 from raytrain_vla.data.formats.lerobot_source import LeRobotSource
 from raytrain_vla.data.pipeline import _segment_batches, iter_rank_batches
@@ -69,3 +70,25 @@ def test_a_loop_that_stops_early_leaves_no_thread_and_no_blocks_behind(demo_root
     while _plasma_mib() > plasma + 1 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _plasma_mib() <= plasma + 1
+
+
+def test_the_first_segment_is_one_small_task_and_the_order_is_unchanged(demo_root, monkeypatch):
+    """The stream's first task is cut to 1/8 and decoded alone, so the first batch waits for a
+    small decode rather than a whole segment; the samples arrive in the plan's order."""
+    meta = LeRobotMeta.load(demo_root)
+    source = LeRobotSource(meta, 8)
+    plan = SamplePlan.from_runs(meta.episode_from_index, meta.episode_length, 0, 32, 8, 256)
+    segments = []
+    materialize = pipeline._materialize
+
+    def recorded(source, tasks, *args):
+        segments.append([len(ids) for ids, _ in tasks])
+        return materialize(source, tasks, *args)
+
+    monkeypatch.setattr(pipeline, "_materialize", recorded)
+    tasks = rank_read_tasks(plan, 0, 16, 0, 1, 256, 16)
+    batches = list(iter_rank_batches(source, tasks, 16, tasks_per_segment=2))
+    assert all(len(b["sample_id"]) == 16 for b in batches)
+    got = np.concatenate([b["sample_id"] for b in batches])
+    np.testing.assert_array_equal(got, plan.rank_work(0, 16, 0, 1))
+    assert segments == [[32], [224, 256]]  # windows of 256 samples; the first one's 1/8 alone
