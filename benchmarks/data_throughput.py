@@ -21,7 +21,9 @@ cut used before (fixed 512-sample tasks), side by side. `--realistic av1,h264` a
 with two 480x640 cameras resized to 224x224 in the read task: `ours` resizes each frame as it
 is decoded and caps tasks by the resized bytes (training's default for a processor with a
 `frame_size`); `ours_resize_after_decode` holds the native frames and resizes them after, as
-before, side by side. `--s3` serves the same files from a local S3 server (moto) and adds
+before, side by side; `ours_whole_first_task` decodes a whole first segment of full tasks
+before the first batch, as before the stream's first task was cut to 1/8 and decoded alone.
+`--s3` serves the same files from a local S3 server (moto) and adds
 `ours_s3` with its ratio to `ours`.
 
     python benchmarks/data_throughput.py --num-cpus 2 --epochs 2 [--realistic av1,h264] [--s3]
@@ -205,12 +207,14 @@ def measure_baseline(source, samples: int, batch: int, workers: int) -> dict:
 class Setup(NamedTuple):
     """How the pipeline is driven: at most this many samples per read task, tasks per segment,
     whether tasks end on shuffle-window boundaries (training's default), and whether frames are
-    resized as they are decoded (training's default when the processor has a `frame_size`)."""
+    resized as they are decoded (training's default when the processor has a `frame_size`), and
+    whether the first task is cut small and decoded alone (training's default)."""
 
     samples_per_task: int
     tasks_per_segment: int
     follow_windows: bool
     resize_while_decoding: bool = True
+    small_first_task: bool = True
 
 
 class ResizeInTask:
@@ -232,7 +236,7 @@ class ResizeInTask:
 def _run_ours(source, plan, start: int, end: int, args, setup: Setup, first_only: bool = False):
     """(samples, seconds to the first batch, seconds in all) for steps [start, end)."""
 
-    from raytrain_vla.data.pipeline import iter_rank_batches
+    from raytrain_vla.data.pipeline import LEAD_FRACTION, iter_rank_batches
     from raytrain_vla.data.plan import rank_read_tasks
 
     tasks = rank_read_tasks(plan, start, end, 0, 1, setup.samples_per_task, args.micro_batch,
@@ -242,7 +246,7 @@ def _run_ours(source, plan, start: int, end: int, args, setup: Setup, first_only
     n, first, t0, seen = 0, None, time.perf_counter(), []
     for b in iter_rank_batches(
         source, tasks, args.micro_batch, tasks_per_segment=setup.tasks_per_segment, post=post,
-        frame_size=frame_size,
+        frame_size=frame_size, lead_fraction=LEAD_FRACTION if setup.small_first_task else 1,
     ):  # fmt: skip
         first = first if first is not None else time.perf_counter() - t0
         n += len(b["sample_id"])
@@ -347,8 +351,12 @@ def run_variant(root: Path, args, uri: str | None = None) -> dict:
     setups = {"ours": Setup(cap(sample_bytes), per_segment, windows)}
     if args.resize is not None:  # before: native frames held, resized after the task's decode
         setups["ours_resize_after_decode"] = Setup(cap(native_bytes), per_segment, windows, False)
+        # before: the first segment of full tasks decoded before the first batch
+        setups["ours_whole_first_task"] = Setup(
+            cap(sample_bytes), per_segment, windows, True, False
+        )
     if args.previous:  # the cut before window-aligned tasks were the default
-        setups["ours_fixed_512"] = Setup(512, 4, False, False)
+        setups["ours_fixed_512"] = Setup(512, 4, False, False, False)
     for name, setup in setups.items():
         ours = measure_ours(source, args, setup)
         resume = measure_resume(source, args, setup)
