@@ -208,7 +208,8 @@ class Setup(NamedTuple):
     """How the pipeline is driven: at most this many samples per read task, tasks per segment,
     whether tasks end on shuffle-window boundaries (training's default), and whether frames are
     resized as they are decoded (training's default when the processor has a `frame_size`), and
-    whether the first task is cut small and decoded alone (training's default)."""
+    whether the first task is cut small and decoded alone, beside the first full segment
+    (training's default)."""
 
     samples_per_task: int
     tasks_per_segment: int

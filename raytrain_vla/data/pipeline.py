@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import logging
 import pickle
+from collections import deque
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import chain, islice
 from typing import Protocol
 
@@ -141,7 +142,8 @@ def iter_rank_batches(
     `work` is an id array (with `epochs`, one per id, keying augmentation) or an iterable of
     (ids, epochs) read tasks such as `cut_tasks` yields; `post` runs inside the read tasks.
     `frame_size` (the processor's `frame_size`) has cameras resized as they are decoded.
-    The first task is decoded alone, cut to 1/`lead_fraction` (`_split_lead`; 1: whole).
+    The first task is cut to 1/`lead_fraction` (`_split_lead`) and decoded alone, while the
+    first full segment decodes beside it; with 1, the first segment is a full one.
     """
     _configure_context()
     if isinstance(work, np.ndarray):
@@ -156,21 +158,26 @@ def iter_rank_batches(
     head = next(tasks, None)
     if head is None:
         return
-    first, rest = _split_lead(head, micro_batch, lead_fraction)
-    tasks = chain(rest, tasks)
-    segments = iter(lambda: list(islice(tasks, tasks_per_segment)), [])
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="raytrain-vla-read") as pool:
-        pending = pool.submit(_materialize, source, [first], num_cpus_per_task, post, frame_size)
-        while pending is not None:
-            ds = pending.result()
-            upcoming = next(segments, None)
-            pending = (
-                None
-                if upcoming is None
-                else pool.submit(
-                    _materialize, source, upcoming, num_cpus_per_task, post, frame_size
-                )
-            )
+    lead: list[list[tuple[np.ndarray, np.ndarray]]] = []
+    if lead_fraction > 1:
+        first, rest = _split_lead(head, micro_batch, lead_fraction)
+        lead, tasks = [[first]], chain(rest, tasks)
+    else:
+        tasks = chain([head], tasks)
+    segments = chain(lead, iter(lambda: list(islice(tasks, tasks_per_segment)), []))
+    # With a lead, two segments are in flight at the start (the lead and the first full one),
+    # so the CPUs the small lead leaves idle decode ahead. From then on one is in flight while
+    # the loop consumes one.
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="raytrain-vla-read") as pool:
+
+        def submit(segment: list[tuple[np.ndarray, np.ndarray]]) -> Future:
+            return pool.submit(_materialize, source, segment, num_cpus_per_task, post, frame_size)
+
+        in_flight = deque(submit(s) for s in islice(segments, 1 + len(lead)))
+        while in_flight:
+            ds = in_flight.popleft().result()
+            if not in_flight:
+                in_flight.extend(submit(s) for s in islice(segments, 1))
             yield from _segment_batches(ds, micro_batch)
 
 

@@ -74,21 +74,37 @@ def test_a_loop_that_stops_early_leaves_no_thread_and_no_blocks_behind(demo_root
 
 def test_the_first_segment_is_one_small_task_and_the_order_is_unchanged(demo_root, monkeypatch):
     """The stream's first task is cut to 1/8 and decoded alone, so the first batch waits for a
-    small decode rather than a whole segment; the samples arrive in the plan's order."""
+    small decode rather than a whole segment; the first full segment decodes beside it (the
+    lead waits here until that one has started, and would time out otherwise); the samples
+    arrive in the plan's order. With `lead_fraction=1` the first segment is a full one."""
     meta = LeRobotMeta.load(demo_root)
     source = LeRobotSource(meta, 8)
     plan = SamplePlan.from_runs(meta.episode_from_index, meta.episode_length, 0, 32, 8, 256)
-    segments = []
+    segments, beside, waits_for_second = [], [], True
+    second_started = threading.Event()
     materialize = pipeline._materialize
 
     def recorded(source, tasks, *args):
         segments.append([len(ids) for ids, _ in tasks])
+        if len(segments) == 1 and waits_for_second:
+            beside.append(second_started.wait(timeout=60))
+        else:
+            second_started.set()
         return materialize(source, tasks, *args)
 
     monkeypatch.setattr(pipeline, "_materialize", recorded)
-    tasks = rank_read_tasks(plan, 0, 16, 0, 1, 256, 16)
-    batches = list(iter_rank_batches(source, tasks, 16, tasks_per_segment=2))
-    assert all(len(b["sample_id"]) == 16 for b in batches)
-    got = np.concatenate([b["sample_id"] for b in batches])
-    np.testing.assert_array_equal(got, plan.rank_work(0, 16, 0, 1))
-    assert segments == [[32], [224, 256]]  # windows of 256 samples; the first one's 1/8 alone
+    for lead_fraction, want_segments, want_beside in [
+        (8, [[32], [224, 256]], [True]),
+        (1, [[256, 256]], []),
+    ]:
+        segments.clear(), beside.clear(), second_started.clear()
+        waits_for_second = lead_fraction > 1
+        tasks = rank_read_tasks(plan, 0, 16, 0, 1, 256, 16)
+        batches = list(
+            iter_rank_batches(source, tasks, 16, tasks_per_segment=2, lead_fraction=lead_fraction)
+        )
+        assert all(len(b["sample_id"]) == 16 for b in batches)
+        got = np.concatenate([b["sample_id"] for b in batches])
+        np.testing.assert_array_equal(got, plan.rank_work(0, 16, 0, 1))
+        assert segments == want_segments  # windows of 256 samples; the first one's 1/8 alone
+        assert beside == want_beside
