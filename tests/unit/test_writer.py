@@ -131,6 +131,23 @@ def test_random_access_equals_sequential_decode(written):
         np.testing.assert_array_equal(decode_frames(path, every[pick] + jitter), full[pick])
 
 
+def test_a_channels_first_decode_is_the_rgb_decode_transposed(written):
+    """Decoding straight into (N, 3, H, W) gives exactly the (N, H, W, 3) pixels, transposed,
+    with and without a resize as the frames are decoded, for a width (40) that is not a
+    multiple of 32; the result is contiguous."""
+    _, root = written
+    meta = LeRobotMeta.load(root)
+    every = np.arange(sum(LENGTHS)) / FPS
+    pick = np.random.default_rng(2).choice(len(every), size=20)  # scattered, with repeats
+    for key in CAMS:
+        path = meta.video_file(key, 0)
+        for size in (None, (16, 20)):
+            want = decode_frames(path, every[pick], size=size).transpose(0, 3, 1, 2)
+            got = decode_frames(path, every[pick], size=size, channels_first=True)
+            assert got.flags.c_contiguous
+            np.testing.assert_array_equal(got, want, err_msg=f"{key} {size}")
+
+
 def test_source_reads_both_cameras(written):
     _, root = written
     source = LeRobotSource(LeRobotMeta.load(root), chunk_size=4)

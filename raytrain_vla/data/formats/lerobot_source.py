@@ -187,9 +187,10 @@ class LeRobotRead:
         out, timestamp, images = self.read_rows()
         for key in self.camera_keys:
             frames = images.get(key)
-            if frames is None:
-                frames = self.decode(key, self.videos[key].offset + timestamp)
-            out[f"image/{key}"] = np.ascontiguousarray(frames.transpose(0, 3, 1, 2))
+            if frames is None:  # decoded straight into the model's (N, C, H, W)
+                out[f"image/{key}"] = self.decode(key, self.videos[key].offset + timestamp)
+            else:
+                out[f"image/{key}"] = np.ascontiguousarray(frames.transpose(0, 3, 1, 2))
         return out
 
     def read_rows(self) -> tuple[dict[str, np.ndarray], np.ndarray, dict[str, np.ndarray]]:
@@ -251,20 +252,24 @@ class LeRobotRead:
         return out
 
     def decode(self, key: str, times: np.ndarray) -> np.ndarray:
-        """(N, H, W, 3) frames of camera `key` at each sample's time in its video file."""
+        """(N, 3, H, W) frames of camera `key` at each sample's time in its video file."""
         refs = self.videos[key]
         frames = None
         for f, path in enumerate(refs.paths):
             sel = np.flatnonzero(refs.file == f)
             try:
-                decoded = decode_frames(path, times[sel], cache=self.cache, size=self.frame_size)
+                decoded = decode_frames(
+                    path, times[sel], cache=self.cache, size=self.frame_size, channels_first=True
+                )
             except VideoDecodeError as e:
                 raise VideoDecodeError(
                     f"{e}; feature {key!r}, {describe_episodes(self.episodes[sel])}"
                 ) from e
+            if len(sel) == len(self.ids):  # one file holds them all (v3's usual case): no copy
+                return decoded
             if frames is None:
                 frames = np.empty((len(self.ids), *decoded.shape[1:]), dtype=np.uint8)
             frames[sel] = decoded
         if frames is None:
-            return np.zeros((0, *(self.frame_size or refs.hw), 3), np.uint8)
+            return np.zeros((0, 3, *(self.frame_size or refs.hw)), np.uint8)
         return frames

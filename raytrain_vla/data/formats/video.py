@@ -101,6 +101,7 @@ def decode_frames(
     backend: str = "pyav",
     cache: CacheConfig | None = None,
     size: tuple[int, int] | None = None,
+    channels_first: bool = False,
 ) -> np.ndarray:
     """Frames (N, H, W, 3) uint8 nearest to `timestamps` (seconds, any order, repeats allowed).
 
@@ -108,6 +109,8 @@ def decode_frames(
     away (e.g. past the end of the video) raises VideoDecodeError. `cache` keeps a remote file
     on the node's disk (`object_cache`). `size` (H, W) resizes each frame as it is decoded
     (`image_ops.resize_frames_hwc`), so only frames of that size are ever held.
+    `channels_first` returns (N, 3, H, W), written as each frame is placed: the model's
+    layout without a second pass over the whole array.
     """
     path = as_path(path)
     query = np.asarray(timestamps, dtype=np.float64).reshape(-1)
@@ -118,8 +121,10 @@ def decode_frames(
     if backend == "torchcodec":
         frames, found, fps = _decode_torchcodec(path, query)
         frames = resize_frames_hwc(frames, size)
+        if channels_first:
+            frames = np.ascontiguousarray(frames.transpose(0, 3, 1, 2))
     elif backend == "pyav":
-        frames, found, fps = _decode_pyav(path, query, cache, size)
+        frames, found, fps = _decode_pyav(path, query, cache, size, channels_first)
     else:
         raise ValueError(f"unknown video backend {backend!r}; expected 'pyav' or 'torchcodec'")
     if tolerance_s is None:
@@ -137,7 +142,7 @@ def decode_frames(
 
 def _decode_pyav(
     path: Path, query: np.ndarray, cache: CacheConfig | None = None,
-    size: tuple[int, int] | None = None,
+    size: tuple[int, int] | None = None, channels_first: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, float]:  # fmt: skip
     """Index-planned decode; returns (frames in query order, matched frame times, stream fps)."""
     wanted = np.unique(query)  # sorted, no repeats
@@ -154,7 +159,7 @@ def _decode_pyav(
             fps = float(rate) if rate else 0.0
             if not query.size:
                 hw = size or (stream.codec_context.height, stream.codec_context.width)
-                shape = (0, *hw, 3)
+                shape = (0, 3, *hw) if channels_first else (0, *hw, 3)
                 return np.zeros(shape, np.uint8), np.zeros(0), fps
             index = _frame_index(container, stream, path, from_packets=False)
             got = _decode_nearest(container, stream, index, wanted, size)
@@ -171,7 +176,16 @@ def _decode_pyav(
         raise VideoDecodeError(f"{path}: no frame could be decoded near timestamp {wanted[0]:.6g}s")
     found, images = got
     pos = np.searchsorted(wanted, query)
-    return np.stack([images[i] for i in pos]), found[pos], fps
+    # One copy from the decoded frames into the output, in its final layout: stacking and then
+    # transposing made two more passes over every frame of the task. (swscale's planar gbrp
+    # output would give (3, H, W) directly, but FFmpeg's yuv420p -> gbrp path leaves columns
+    # past a multiple of 32 unwritten for some widths: 40 here.)
+    h, w, c = images[0].shape
+    out = np.empty((len(query), c, h, w) if channels_first else (len(query), h, w, c), np.uint8)
+    placed = out.transpose(0, 2, 3, 1) if channels_first else out
+    for row, i in enumerate(pos.tolist()):
+        placed[row] = images[i]
+    return out, found[pos], fps
 
 
 class _FrameIndex(NamedTuple):
