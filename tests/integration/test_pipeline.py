@@ -97,7 +97,9 @@ def test_the_first_segment_is_one_small_task_and_the_order_is_unchanged(demo_roo
         (8, [[32], [224, 256]], [True]),
         (1, [[256, 256]], []),
     ]:
-        segments.clear(), beside.clear(), second_started.clear()
+        segments.clear()
+        beside.clear()
+        second_started.clear()
         waits_for_second = lead_fraction > 1
         tasks = rank_read_tasks(plan, 0, 16, 0, 1, 256, 16)
         batches = list(

@@ -179,7 +179,7 @@ def _decode_pyav(
     # One copy from the decoded frames into the output, in its final layout: stacking and then
     # transposing made two more passes over every frame of the task. (swscale's planar gbrp
     # output would give (3, H, W) directly, but FFmpeg's yuv420p -> gbrp path leaves columns
-    # past a multiple of 32 unwritten for some widths: 40 here.)
+    # past a multiple of 32 unwritten for some widths, 40 among them.)
     h, w, c = images[0].shape
     out = np.empty((len(query), c, h, w) if channels_first else (len(query), h, w, c), np.uint8)
     placed = out.transpose(0, 2, 3, 1) if channels_first else out
