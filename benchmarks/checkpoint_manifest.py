@@ -20,8 +20,8 @@ from unittest import mock
 
 import torch
 
-from raytrain_vla.data.normalize import Normalizer
-from raytrain_vla.data.spec import DataSpec
+from raytrain_vla.common.normalize import Normalizer
+from raytrain_vla.common.spec import DataSpec
 from raytrain_vla.models.flow_vla.config import FlowVLAConfig
 from raytrain_vla.models.registry import get_family
 from raytrain_vla.policy.format import PolicyMeta

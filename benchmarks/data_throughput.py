@@ -227,7 +227,7 @@ class ResizeInTask:
     def __call__(self, cols: dict, epochs: np.ndarray) -> dict:
         if self.size is None:
             return cols
-        from raytrain_vla.data.image_ops import resize_images
+        from raytrain_vla.common.image_ops import resize_images
 
         images = {k: v for k, v in cols.items() if k.startswith("image/")}
         cols.pop("task", None)  # strings: not needed downstream here

@@ -16,7 +16,7 @@ COMMANDS = {
         "train, validate, export and score a policy (config keys: --help)",
     ),
     "tune": ("raytrain_vla.tune", "sweep config keys with Ray Tune"),
-    "data": ("raytrain_vla.data.__main__", "demo | stats | convert | inspect a dataset"),
+    "data": ("raytrain_vla.data_cli", "demo | stats | convert | inspect a dataset"),
     "export": ("raytrain_vla.export", "a policy directory from a training checkpoint"),
     "eval": ("raytrain_vla.eval", "closed-loop success of a policy in the demo simulator"),
     "report": ("raytrain_vla.report", "PNG plots of a run"),

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from raytrain_vla import policy as policy_lib
-from raytrain_vla.data.formats.location import is_uri
+from raytrain_vla.common.location import is_uri
 from raytrain_vla.sim.closed_loop import evaluate
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from raytrain_vla.data.formats.location import is_uri
-from raytrain_vla.data.formats.run_storage import local_directory
+from raytrain_vla.common.location import is_uri
+from raytrain_vla.common.run_storage import local_directory
 from raytrain_vla.policy.format import write_policy
 from raytrain_vla.train.checkpoint import consolidate
 

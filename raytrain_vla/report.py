@@ -24,7 +24,7 @@ import numpy as np
 # Figures without pyplot: headless-safe, and importing this never changes a notebook's backend.
 from matplotlib.figure import Figure
 
-from raytrain_vla.data.formats.run_storage import RunPath, is_remote, run_path
+from raytrain_vla.common.run_storage import RunPath, is_remote, run_path
 
 
 def read_metrics(run_dir: RunPath) -> dict[str, list[dict]]:

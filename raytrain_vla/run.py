@@ -10,10 +10,10 @@ import json
 import sys
 import time
 
+from raytrain_vla.common.run_storage import RunPath
 from raytrain_vla.config import Config, ConfigError, absolute_paths, dataset_configs, parse_cli
 from raytrain_vla.config.help import format_config_help, wants_help
 from raytrain_vla.data.demo import ensure_dataset
-from raytrain_vla.data.formats.run_storage import RunPath
 from raytrain_vla.data.mixture import data_fingerprint
 from raytrain_vla.train.driver_lock import driver_lock
 from raytrain_vla.train.init_source import weights_file

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for note in space.replaced_by_command_line:
         print(f"note: {note}")
-    from raytrain_vla.data.formats.run_storage import run_path
+    from raytrain_vla.common.run_storage import run_path
 
     sweep_dir = run_path(base.ray.storage_path) / (args.name or Path(args.space).stem)
 

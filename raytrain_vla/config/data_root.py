@@ -35,11 +35,6 @@ def repo_root(repo_id: str) -> Path:
     return (lerobot_home() / repo_id).resolve()
 
 
-def is_uri(value: str) -> bool:
-    """`s3://...` and other object-store URIs (`file://` is a path)."""
-    return "://" in value and not value.startswith("file://")
-
-
 def is_dataset(root) -> bool:
     """`root` (a Path, or a UPath on an object store) holds a LeRobot dataset or shards."""
     return any((root / marker).is_file() for marker in DATASET_MARKERS)

@@ -22,6 +22,7 @@ import draccus
 import yaml
 
 import raytrain_vla.config.data_root as locate
+from raytrain_vla.common.uri import is_uri
 from raytrain_vla.config.schema import Config, DataConfig
 from raytrain_vla.errors import NotRetriable
 
@@ -453,7 +454,7 @@ def resolve_data_root(data: DataConfig) -> Path | str:
         return locate.repo_root(data.repo_id)
     if data.root == locate.DEMO:
         return locate.demo_root(data.demo_episodes, data.demo_seed)
-    if locate.is_uri(data.root):
+    if is_uri(data.root):
         return data.root.rstrip("/")
     return Path(data.root).expanduser().resolve()
 
@@ -461,7 +462,7 @@ def resolve_data_root(data: DataConfig) -> Path | str:
 def absolute_paths(cfg: Config) -> Config:
     """Resolve local paths where the user typed them: Ray workers run in their own directories."""
     storage = cfg.ray.storage_path
-    if locate.is_uri(storage):  # object storage (s3://, gs://, ...): kept as typed
+    if is_uri(storage):  # object storage (s3://, gs://, ...): kept as typed
         cfg.ray.storage_path = storage.rstrip("/")
     else:
         cfg.ray.storage_path = str(Path(storage.removeprefix("file://")).expanduser().resolve())

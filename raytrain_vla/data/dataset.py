@@ -10,6 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
+from raytrain_vla.common.location import as_path, is_remote
+from raytrain_vla.common.normalize import Normalizer
+from raytrain_vla.common.object_cache import CacheConfig
+from raytrain_vla.common.spec import DataSpec
 from raytrain_vla.config.schema import DataConfig
 from raytrain_vla.data.formats.lerobot import (
     ACTION,
@@ -19,12 +23,8 @@ from raytrain_vla.data.formats.lerobot import (
     dataset_fingerprint,
 )
 from raytrain_vla.data.formats.lerobot_source import LeRobotSource
-from raytrain_vla.data.formats.location import as_path, is_remote
-from raytrain_vla.data.formats.object_cache import CacheConfig
 from raytrain_vla.data.formats.shards import MANIFEST, ShardSource
-from raytrain_vla.data.normalize import Normalizer
 from raytrain_vla.data.plan import SamplePlan
-from raytrain_vla.data.spec import DataSpec
 
 
 def root_fingerprint(root: str | Path) -> str:

@@ -14,10 +14,11 @@ from pathlib import Path
 import numpy as np
 
 import raytrain_vla.config.data_root as locate
+from raytrain_vla.common.location import as_path
+from raytrain_vla.common.uri import is_uri
 from raytrain_vla.config.loader import ConfigError
 from raytrain_vla.config.schema import DataConfig
 from raytrain_vla.data.formats.lerobot import DatasetError
-from raytrain_vla.data.formats.location import as_path
 from raytrain_vla.data.formats.video import DEFAULT_CODEC, DEFAULT_CRF, DEFAULT_GOP, DEFAULT_PRESET
 from raytrain_vla.data.formats.writer import (
     DatasetSpec,
@@ -58,7 +59,7 @@ def ensure_dataset(cfg: DataConfig) -> Path:
     """The dataset root (resolved by `config.absolute_paths`). The demo dataset is written only
     when asked for: `data.root=demo`, or `data.write_demo_if_missing=true`; any other missing
     path is a ConfigError that names it and the closest path that exists."""
-    if locate.is_uri(cfg.root):  # object storage: read in place, never written here
+    if is_uri(cfg.root):  # object storage: read in place, never written here
         remote = as_path(cfg.root)
         if locate.is_dataset(remote):
             return remote

@@ -17,12 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from raytrain_vla.data.image_ops import resize_images
-from raytrain_vla.data.normalize import ACTION, STATE, Normalizer
-
-EMBODIMENT = "embodiment"  # column: the dataset's index in the mixture
-ACTION_DIM_MASK = "action_dim_mask"  # column (N, A): the robot's own action dimensions
-IMAGE_MASK = "image_mask/"  # column prefix (N,) per camera: the robot has this camera
+from raytrain_vla.common.features import ACTION, ACTION_DIM_MASK, EMBODIMENT, IMAGE_MASK, STATE
+from raytrain_vla.common.image_ops import resize_images
+from raytrain_vla.common.normalize import Normalizer
 
 
 @dataclass(frozen=True)

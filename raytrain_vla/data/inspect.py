@@ -16,6 +16,7 @@ import av.error
 import numpy as np
 import pyarrow as pa
 
+from raytrain_vla.common.location import open_container, read_schema_names, read_table
 from raytrain_vla.data.formats.frame_checks import (
     describe_episodes,
     frame_problems,
@@ -23,7 +24,6 @@ from raytrain_vla.data.formats.frame_checks import (
 )
 from raytrain_vla.data.formats.images import decode_images
 from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta
-from raytrain_vla.data.formats.location import open_container, read_schema_names, read_table
 from raytrain_vla.progress import progress
 
 REQUIRED = ("timestamp", "frame_index", "episode_index", "index", "task_index")

@@ -14,14 +14,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from raytrain_vla.common.normalize import Normalizer
+from raytrain_vla.common.spec import DataSpec
 from raytrain_vla.config.schema import DataConfig
 from raytrain_vla.data.dataset import DatasetView, root_fingerprint
 from raytrain_vla.data.embodiment import Embodiment, MixtureLayout, identity_normalizer
 from raytrain_vla.data.formats.lerobot import DatasetError
 from raytrain_vla.data.mixture_plan import MixturePlan
-from raytrain_vla.data.normalize import Normalizer
 from raytrain_vla.data.pipeline import SampleRead, SampleSource
-from raytrain_vla.data.spec import DataSpec
 
 
 def mixture_fingerprint(names: list[str], fingerprints: list[str]) -> str:

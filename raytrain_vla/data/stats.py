@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import ray
 
-from raytrain_vla.data.formats.atomic import write_text_atomic
+from raytrain_vla.common.atomic import write_text_atomic
 from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta
 
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}

@@ -32,9 +32,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from raytrain_vla.data.embodiment import ACTION_DIM_MASK, EMBODIMENT, IMAGE_MASK
-from raytrain_vla.data.normalize import ACTION, Normalizer
-from raytrain_vla.data.spec import DataSpec
+from raytrain_vla.common.features import ACTION_DIM_MASK, EMBODIMENT, IMAGE_MASK
+from raytrain_vla.common.normalize import ACTION, Normalizer
+from raytrain_vla.common.spec import DataSpec
 
 # Runs on the uint8 (N, C, H, W) camera images inside `encode`: the data pipeline's keyed
 # augmentation. The family decides at which resolution it applies.

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from raytrain_vla.data.embodiment import ACTION_DIM_MASK, EMBODIMENT, IMAGE_MASK
-from raytrain_vla.data.image_ops import resize_images
-from raytrain_vla.data.normalize import ACTION, STATE, Normalizer
+from raytrain_vla.common.features import ACTION_DIM_MASK, EMBODIMENT, IMAGE_MASK
+from raytrain_vla.common.image_ops import resize_images
+from raytrain_vla.common.normalize import ACTION, STATE, Normalizer
 from raytrain_vla.models.base import ImageHook, InputProcessor, collate_masks, encode_targets
 
 

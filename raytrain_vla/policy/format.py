@@ -22,12 +22,12 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from raytrain_vla.common.atomic import replacing_directory
+from raytrain_vla.common.location import is_uri
+from raytrain_vla.common.normalize import Normalizer
+from raytrain_vla.common.run_storage import run_path, upload_directory
+from raytrain_vla.common.spec import DataSpec
 from raytrain_vla.data.embodiment import Embodiment, MixtureLayout
-from raytrain_vla.data.formats.atomic import replacing_directory
-from raytrain_vla.data.formats.location import is_uri
-from raytrain_vla.data.formats.run_storage import run_path, upload_directory
-from raytrain_vla.data.normalize import Normalizer
-from raytrain_vla.data.spec import DataSpec
 from raytrain_vla.models.base import FamilyConfig, ModelFamily
 from raytrain_vla.models.registry import get_family
 

@@ -16,10 +16,10 @@ import torch
 from huggingface_hub import ModelHubMixin
 from safetensors.torch import load_file
 
+from raytrain_vla.common.location import is_uri
+from raytrain_vla.common.normalize import STATE, Normalizer
+from raytrain_vla.common.run_storage import local_directory
 from raytrain_vla.data.embodiment import Embodiment
-from raytrain_vla.data.formats.location import is_uri
-from raytrain_vla.data.formats.run_storage import local_directory
-from raytrain_vla.data.normalize import STATE, Normalizer
 from raytrain_vla.models.base import InputProcessor, VLAModel
 from raytrain_vla.models.registry import read_foreign_policy
 from raytrain_vla.policy.format import (

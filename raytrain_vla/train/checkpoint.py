@@ -25,9 +25,9 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from raytrain_vla.common.atomic import write_text_atomic
+from raytrain_vla.common.normalize import Normalizer
 from raytrain_vla.config import from_tree
-from raytrain_vla.data.formats.atomic import write_text_atomic
-from raytrain_vla.data.normalize import Normalizer
 from raytrain_vla.policy.format import CHECKPOINT_META, NORMALIZATION, PolicyMeta, read_meta
 from raytrain_vla.train.init_source import build_init_source
 from raytrain_vla.train.manifest import write_manifest

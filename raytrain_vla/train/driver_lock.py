@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psutil
 
-from raytrain_vla.data.formats.run_storage import (
+from raytrain_vla.common.run_storage import (
     RunPath,
     create_exclusive,
     file_modified_at,

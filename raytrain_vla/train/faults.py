@@ -12,9 +12,9 @@ import os
 import signal
 import time
 
+from raytrain_vla.common.run_storage import RunPath, create_exclusive
 from raytrain_vla.config.schema import DebugConfig
 from raytrain_vla.data.formats.lerobot_common import DatasetError
-from raytrain_vla.data.formats.run_storage import RunPath, create_exclusive
 
 
 def _once(run_dir: RunPath, name: str) -> bool:

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from raytrain_vla.data.spec import DataSpec
+from raytrain_vla.common.spec import DataSpec
 from raytrain_vla.models.base import VLAModel
 
 # Dense bf16 peak per device (TFLOP/s), matched on the CUDA device name.

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from raytrain_vla.common.spec import DataSpec
 from raytrain_vla.config import Config
 from raytrain_vla.config.schema import AugmentConfig
 from raytrain_vla.data.augment import augment_enabled, augment_images
@@ -17,7 +18,6 @@ from raytrain_vla.data.dataset import DatasetView
 from raytrain_vla.data.mixture import MixtureView
 from raytrain_vla.data.pipeline import iter_rank_batches
 from raytrain_vla.data.plan import capped_task_size, rank_read_tasks
-from raytrain_vla.data.spec import DataSpec
 from raytrain_vla.models.base import InputProcessor
 from raytrain_vla.train.validate import pad_to_ranks
 

@@ -12,8 +12,8 @@ import ray
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig
 
+from raytrain_vla.common.run_storage import run_path
 from raytrain_vla.config import Config, ConfigError, to_dict
-from raytrain_vla.data.formats.run_storage import run_path
 from raytrain_vla.train.failure_policy import Trainer
 from raytrain_vla.train.worker import train_loop_per_worker
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from raytrain_vla.data.formats.atomic import write_text_atomic
+from raytrain_vla.common.atomic import write_text_atomic
 
 MANIFEST = "manifest.json"
 _BLOCK = 1 << 22

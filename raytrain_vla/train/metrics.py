@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from raytrain_vla.common.run_storage import JsonlLog, RunPath, is_remote, upload_directory
 from raytrain_vla.config.schema import LoggingConfig
-from raytrain_vla.data.formats.run_storage import JsonlLog, RunPath, is_remote, upload_directory
 from raytrain_vla.sim.closed_loop import EvalResult, frame_strip
 
 log = logging.getLogger(__name__)

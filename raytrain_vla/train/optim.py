@@ -15,9 +15,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from raytrain_vla.common.spec import DataSpec
 from raytrain_vla.config import Config, ConfigError
 from raytrain_vla.config.schema import OptimizerConfig, SchedulerConfig
-from raytrain_vla.data.spec import DataSpec
 from raytrain_vla.models.base import ACTION_EXPERT, VLAModel
 from raytrain_vla.models.registry import family_options, get_family
 

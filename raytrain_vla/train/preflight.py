@@ -15,8 +15,8 @@ from typing import Literal
 
 import numpy as np
 
+from raytrain_vla.common.uri import is_uri
 from raytrain_vla.config import Config, dataset_configs
-from raytrain_vla.config.data_root import is_uri
 from raytrain_vla.config.schema import DataConfig
 from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta
 from raytrain_vla.data.inspect import quick_problems

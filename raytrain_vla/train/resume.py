@@ -15,9 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from raytrain_vla.config import Config, recipe_hash, to_dict
-from raytrain_vla.config.loader import RESUMABLE_KEYS
-from raytrain_vla.data.formats.run_storage import (
+from raytrain_vla.common.run_storage import (
     RunPath,
     create_exclusive,
     is_remote,
@@ -26,6 +24,8 @@ from raytrain_vla.data.formats.run_storage import (
     subdirectories,
     tree_modified_at,
 )
+from raytrain_vla.config import Config, recipe_hash, to_dict
+from raytrain_vla.config.loader import RESUMABLE_KEYS
 from raytrain_vla.data.plan import PLAN_VERSION
 from raytrain_vla.errors import NotRetriable
 from raytrain_vla.train.checkpoint import CONFIG

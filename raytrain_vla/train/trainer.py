@@ -22,15 +22,15 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import register_fsdp_forward_method
 
 from raytrain_vla import policy as policy_lib
-from raytrain_vla.config import Config, check_batch_layout, recipe_hash, to_dict, to_yaml
-from raytrain_vla.data.embodiment import EmbodimentActions
-from raytrain_vla.data.formats.run_storage import (
+from raytrain_vla.common.run_storage import (
     JsonlLog,
     RunPath,
     is_remote,
     local_directory,
     run_path,
 )
+from raytrain_vla.config import Config, check_batch_layout, recipe_hash, to_dict, to_yaml
+from raytrain_vla.data.embodiment import EmbodimentActions
 from raytrain_vla.data.mixture import MixtureView, open_view
 from raytrain_vla.models.registry import family_options, get_family
 from raytrain_vla.policy.format import PolicyMeta, write_policy

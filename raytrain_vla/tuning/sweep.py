@@ -20,13 +20,13 @@ from ray.tune.integration.ray_train import TuneReportCallback
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 from ray.tune.search import BasicVariantGenerator
 
-from raytrain_vla.config import Config, to_dict, to_yaml
-from raytrain_vla.data.formats.run_storage import (
+from raytrain_vla.common.run_storage import (
     RunPath,
     is_remote,
     local_directory,
     upload_directory,
 )
+from raytrain_vla.config import Config, to_dict, to_yaml
 from raytrain_vla.train.launch import build_trainer
 from raytrain_vla.tuning.space import Space, SpaceError, trial_config
 

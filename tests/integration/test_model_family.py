@@ -21,10 +21,10 @@ from torch.distributed.fsdp import register_fsdp_forward_method
 from torch.distributed.tensor import DTensor
 
 from raytrain_vla import export, policy
+from raytrain_vla.common.normalize import Normalizer
+from raytrain_vla.common.spec import DataSpec
 from raytrain_vla.config import Config, to_yaml
 from raytrain_vla.config.schema import OptimizerConfig, SchedulerConfig, TrainConfig
-from raytrain_vla.data.normalize import Normalizer
-from raytrain_vla.data.spec import DataSpec
 from raytrain_vla.models.base import ModelFamily, VLAModel
 from raytrain_vla.models.processing import ImageStateProcessor
 from raytrain_vla.models.registry import get_family, register_family

@@ -12,9 +12,8 @@ from _runs import short_run_args
 from safetensors.numpy import load as load_bytes
 from safetensors.numpy import load_file
 
-from raytrain_vla import cli, run
-from raytrain_vla.data import __main__ as data_cli
-from raytrain_vla.data.formats.location import as_path
+from raytrain_vla import cli, data_cli, run
+from raytrain_vla.common.location import as_path
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -106,7 +105,7 @@ def test_a_run_stored_on_s3_survives_a_kill_resumes_at_another_world_size_and_ex
     reference's step-9 checkpoint, and the policies agree. Nothing is written to a local run
     directory; the driver lock in the bucket refuses a second driver."""
     from raytrain_vla import policy
-    from raytrain_vla.data.formats.run_storage import run_path
+    from raytrain_vla.common.run_storage import run_path
     from raytrain_vla.train.driver_lock import acquire, release
     from raytrain_vla.train.resume import (
         checkpoint_dirs,
@@ -186,7 +185,7 @@ def test_on_s3_a_crash_in_a_checkpoint_write_and_a_damaged_checkpoint_lose_nothi
     step-3 one), then the step-9 checkpoint's shard is truncated in the bucket and the next
     invocation falls back to step 6 and redoes steps 7-9. Every global batch and the export stay
     bitwise those of an uninterrupted run on disk."""
-    from raytrain_vla.data.formats.run_storage import run_path
+    from raytrain_vla.common.run_storage import run_path
     from raytrain_vla.train.resume import latest_checkpoint
 
     data = s3_server.upload(demo_root, "demo_faults")

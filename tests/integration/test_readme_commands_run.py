@@ -19,7 +19,7 @@ from raytrain_vla import export as export_cli
 from raytrain_vla import report as report_cli
 from raytrain_vla import run as run_cli
 from raytrain_vla.config import data_root
-from raytrain_vla.data.__main__ import main as data_cli
+from raytrain_vla.data_cli import main as data_cli
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 README = Path(__file__).resolve().parents[2] / "README.md"

@@ -16,14 +16,14 @@ from torch.distributed.device_mesh import init_device_mesh
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from _paths import fixtures_root  # noqa: E402
 
+from raytrain_vla.common.normalize import Normalizer  # noqa: E402
+from raytrain_vla.common.spec import DataSpec  # noqa: E402
 from raytrain_vla.config.schema import (  # noqa: E402
     OptimizerConfig,
     SchedulerConfig,
     SmolVLAOptions,
     TrainConfig,
 )
-from raytrain_vla.data.normalize import Normalizer  # noqa: E402
-from raytrain_vla.data.spec import DataSpec  # noqa: E402
 from raytrain_vla.models.registry import get_family  # noqa: E402
 from raytrain_vla.train.fsdp import apply_fsdp  # noqa: E402
 from raytrain_vla.train.init_source import build_init_source  # noqa: E402

@@ -195,7 +195,7 @@ def test_long_commands_show_progress(tmp_path, monkeypatch, capsys):
     """Writing the demo, `data inspect` and closed-loop scoring printed nothing for minutes."""
     import numpy as np
 
-    from raytrain_vla.data.__main__ import main as data_cli
+    from raytrain_vla.data_cli import main as data_cli
     from raytrain_vla.sim.closed_loop import run_episodes
 
     monkeypatch.setenv("RAYTRAIN_VLA_PROGRESS", "1")  # stderr is not a terminal here

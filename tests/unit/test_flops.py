@@ -2,8 +2,8 @@
 
 import torch
 
-from raytrain_vla.data.normalize import Normalizer
-from raytrain_vla.data.spec import DataSpec
+from raytrain_vla.common.normalize import Normalizer
+from raytrain_vla.common.spec import DataSpec
 from raytrain_vla.models.registry import get_family
 from raytrain_vla.train.flops import example_columns, peak_tflops, training_flops_per_sample
 

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
+from raytrain_vla.common.features import ACTION_DIM_MASK, EMBODIMENT, IMAGE_MASK
+from raytrain_vla.common.normalize import ACTION, STATE
 from raytrain_vla.config import ConfigError, absolute_paths, load_config, recipe_hash
 from raytrain_vla.data.demo import write_demo_dataset
-from raytrain_vla.data.embodiment import ACTION_DIM_MASK, EMBODIMENT, IMAGE_MASK
 from raytrain_vla.data.mixture import MixtureView, open_view
 from raytrain_vla.data.mixture_plan import MixturePlan, floor_sum
-from raytrain_vla.data.normalize import ACTION, STATE
 from raytrain_vla.data.plan import SamplePlan
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -14,13 +14,13 @@ from _paths import fixtures_root
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from s3_server import S3Server  # noqa: E402
 
+from raytrain_vla.common.location import as_path  # noqa: E402
 from raytrain_vla.data.formats.lerobot import (  # noqa: E402
     DatasetError,
     LeRobotMeta,
     dataset_fingerprint,
 )
 from raytrain_vla.data.formats.lerobot_source import LeRobotSource  # noqa: E402
-from raytrain_vla.data.formats.location import as_path  # noqa: E402
 
 NAMES = ("pusht_like", "pusht_like_images")
 
@@ -133,7 +133,7 @@ def test_a_failed_conversion_into_s3_leaves_nothing_behind(copies, tmp_path, mon
 
 
 def test_the_node_cache_downloads_a_video_once_and_stays_within_its_size(copies, tmp_path):
-    from raytrain_vla.data.formats.object_cache import CacheConfig, cache_stats
+    from raytrain_vla.common.object_cache import CacheConfig, cache_stats
     from raytrain_vla.data.formats.video import decode_frames
 
     local, uri = copies["pusht_like"]

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from raytrain_vla import policy
-from raytrain_vla.data.normalize import Normalizer
-from raytrain_vla.data.spec import DataSpec
+from raytrain_vla.common.normalize import Normalizer
+from raytrain_vla.common.spec import DataSpec
 from raytrain_vla.models.flow_vla.config import FlowVLAConfig
 from raytrain_vla.models.flow_vla.model import FlowVLA
 from raytrain_vla.policy.format import CONFIG, PolicyMeta, read_meta, write_policy
@@ -205,7 +205,7 @@ def test_an_export_is_fsynced_file_by_file_before_it_is_renamed_into_place(
     """A power cut after the rename must not leave a complete-looking export of empty files."""
     import os
 
-    from raytrain_vla.data.formats import atomic
+    from raytrain_vla.common import atomic
 
     events: list[tuple[str, str]] = []
     real_fsync, real_replace = os.fsync, os.replace

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from raytrain_vla import policy
-from raytrain_vla.data.normalize import Normalizer
-from raytrain_vla.data.spec import DataSpec
+from raytrain_vla.common.normalize import Normalizer
+from raytrain_vla.common.spec import DataSpec
 from raytrain_vla.models.flow_vla.config import FlowVLAConfig
 from raytrain_vla.models.flow_vla.model import FlowVLA
 from raytrain_vla.policy.format import PolicyMeta, write_policy

@@ -136,8 +136,8 @@ def test_the_next_epoch_is_computed_only_when_its_first_task_is():
 
 
 def test_a_read_task_is_capped_by_its_decoded_bytes():
+    from raytrain_vla.common.spec import DataSpec
     from raytrain_vla.config import load_config
-    from raytrain_vla.data.spec import DataSpec
     from raytrain_vla.train.inputs import samples_per_task
 
     spec = DataSpec(camera_shapes={"a": (3, 480, 640), "b": (3, 480, 640)}, state_dim=6,
@@ -154,8 +154,8 @@ def test_a_read_task_is_capped_by_its_decoded_bytes():
 def test_frames_resized_while_decoding_equal_frames_resized_after(name, size, tmp_path):
     """A processor's `frame_size` lets a task resize each frame as it is decoded (video) or
     read (image features, shards); the pixels are exactly those of resizing the whole read."""
+    from raytrain_vla.common.image_ops import resize_images
     from raytrain_vla.data.formats.shards import ShardSource, convert_to_shards
-    from raytrain_vla.data.image_ops import resize_images
 
     root = fixtures_root() / "lerobot_v3" / name
     source = LeRobotSource(LeRobotMeta.load(root), chunk_size=10)
@@ -176,8 +176,8 @@ def test_frames_resized_while_decoding_equal_frames_resized_after(name, size, tm
 
 
 def test_a_task_holds_more_samples_when_it_resizes_while_decoding():
+    from raytrain_vla.common.spec import DataSpec
     from raytrain_vla.config import load_config
-    from raytrain_vla.data.spec import DataSpec
     from raytrain_vla.train.inputs import samples_per_task
 
     cfg = load_config(None, ["--data.read_task_max_mb=256", "--train.micro_batch_size=8"])

@@ -16,7 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from s3_server import BUCKET, S3Server  # noqa: E402
 
-from raytrain_vla.data.formats.run_storage import (  # noqa: E402
+from raytrain_vla.common.run_storage import (  # noqa: E402
     JsonlLog,
     create_exclusive,
     local_directory,

@@ -19,8 +19,8 @@ from _paths import fixtures_root
 from safetensors.torch import load_file
 
 from raytrain_vla import policy
+from raytrain_vla.common.spec import DataSpec
 from raytrain_vla.config.schema import SmolVLAOptions
-from raytrain_vla.data.spec import DataSpec
 from raytrain_vla.models.registry import get_family
 
 FIXTURE = fixtures_root() / "lerobot_smolvla_tiny"

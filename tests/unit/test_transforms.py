@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 
+from raytrain_vla.common.image_ops import resize_images
+from raytrain_vla.common.normalize import Normalizer
 from raytrain_vla.config.schema import AugmentConfig
 from raytrain_vla.data.augment import augment_images
-from raytrain_vla.data.image_ops import resize_images
-from raytrain_vla.data.normalize import Normalizer
 from raytrain_vla.models.flow_vla.config import FlowVLAConfig
 from raytrain_vla.models.flow_vla.processor import FlowVLAProcessor
 from raytrain_vla.models.flow_vla.tokenizer import tokenize

@@ -17,10 +17,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from raytrain_vla.common.location import as_path
 from raytrain_vla.data.formats.frame_checks import describe_episodes
 from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta
 from raytrain_vla.data.formats.lerobot_common import inside_root
-from raytrain_vla.data.formats.location import as_path
 
 _MAGIC = ((b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "mjpeg"))
 

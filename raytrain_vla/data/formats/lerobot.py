@@ -19,6 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from raytrain_vla.common.features import ACTION, STATE
+from raytrain_vla.common.location import as_path, sizes_under
 from raytrain_vla.data.formats.frame_checks import (
     describe_episodes,
     frame_problems,
@@ -34,12 +36,10 @@ from raytrain_vla.data.formats.lerobot_common import (
     read_parquet,
 )
 from raytrain_vla.data.formats.lerobot_v21 import load_v21
-from raytrain_vla.data.formats.location import as_path, sizes_under
 
 __all__ = ["ACTION", "STATE", "DatasetError", "LeRobotMeta", "column_to_numpy", "read_frames_table"]
 
 SUPPORTED_VERSIONS = ("v2.1", "v3.0")
-STATE, ACTION = "observation.state", "action"  # LeRobot's feature names
 _EPISODE_COLUMNS = ("episode_index", "tasks", "length", "dataset_from_index", "dataset_to_index")
 _EPISODE_COLUMNS += ("data/chunk_index", "data/file_index")
 _VIDEO_COLUMNS = ("chunk_index", "file_index", "from_timestamp", "to_timestamp")

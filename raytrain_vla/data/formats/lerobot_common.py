@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from raytrain_vla.data.formats.location import join_inside, read_schema_names, read_table
+from raytrain_vla.common.location import join_inside, read_schema_names, read_table
 from raytrain_vla.errors import NotRetriable
 
 

@@ -17,6 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
+from raytrain_vla.common.image_ops import resize_frames_hwc
+from raytrain_vla.common.location import as_path
+from raytrain_vla.common.object_cache import CacheConfig
 from raytrain_vla.data.formats.compact_paths import CompactPaths
 from raytrain_vla.data.formats.frame_checks import describe_episodes
 from raytrain_vla.data.formats.images import decode_images
@@ -27,11 +30,8 @@ from raytrain_vla.data.formats.lerobot import (
     LeRobotMeta,
     iter_frames_tables,
 )
-from raytrain_vla.data.formats.location import as_path
-from raytrain_vla.data.formats.object_cache import CacheConfig
 from raytrain_vla.data.formats.row_groups import read_rows
 from raytrain_vla.data.formats.video import VideoDecodeError, decode_frames
-from raytrain_vla.data.image_ops import resize_frames_hwc
 
 _LOW_DIM = ("timestamp", "task_index", STATE, ACTION)
 

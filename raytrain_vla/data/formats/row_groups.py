@@ -14,8 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from raytrain_vla.common.location import file_key, parquet_file
 from raytrain_vla.data.formats.lerobot_common import DatasetError
-from raytrain_vla.data.formats.location import file_key, parquet_file
 
 CACHE_BYTES = 256 << 20  # decoded low-dimensional row groups kept per process
 _FILES: OrderedDict[tuple, np.ndarray] = OrderedDict()  # (path, mtime, size) -> group starts

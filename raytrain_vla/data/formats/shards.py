@@ -33,7 +33,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from raytrain_vla.data.formats.atomic import atomic_directory, refuse_non_empty
+from raytrain_vla.common.atomic import atomic_directory, refuse_non_empty
+from raytrain_vla.common.image_ops import resize_images
+from raytrain_vla.common.location import DataPath, as_path, file_key, is_remote, parquet_file
 from raytrain_vla.data.formats.lerobot import (
     DatasetError,
     LeRobotMeta,
@@ -43,8 +45,6 @@ from raytrain_vla.data.formats.lerobot import (
 )
 from raytrain_vla.data.formats.lerobot_common import inside_root
 from raytrain_vla.data.formats.lerobot_source import LeRobotSource
-from raytrain_vla.data.formats.location import DataPath, as_path, file_key, is_remote, parquet_file
-from raytrain_vla.data.image_ops import resize_images
 
 MANIFEST = "shards.json"
 # 2 dropped version 1's `task_tokens` column (the model's processor tokenizes at read time);
@@ -281,7 +281,7 @@ def convert_to_shards(
             manifest = write_all(tmp / "shards", tmp / "meta")
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
         return manifest
-    from raytrain_vla.data.formats.run_storage import remove_tree, upload_directory
+    from raytrain_vla.common.run_storage import remove_tree, upload_directory
 
     try:
         with tempfile.TemporaryDirectory(prefix="raytrain_vla-shards-") as staging:
@@ -299,7 +299,7 @@ def _copy_tree(source: DataPath, target: Path) -> None:
     if not is_remote(source):
         shutil.copytree(source, target)
         return
-    from raytrain_vla.data.formats.run_storage import download_directory
+    from raytrain_vla.common.run_storage import download_directory
 
     download_directory(source, target)
 

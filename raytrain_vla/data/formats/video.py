@@ -27,9 +27,9 @@ import av.error
 import numpy as np
 from av.video.reformatter import VideoReformatter
 
-from raytrain_vla.data.formats.location import as_path, file_key, is_remote, open_container
-from raytrain_vla.data.formats.object_cache import CacheConfig
-from raytrain_vla.data.image_ops import resize_frames_hwc
+from raytrain_vla.common.image_ops import resize_frames_hwc
+from raytrain_vla.common.location import as_path, file_key, is_remote, open_container
+from raytrain_vla.common.object_cache import CacheConfig
 from raytrain_vla.errors import NotRetriable
 
 # Settings chosen for small synthetic frames: near-lossless colour, cheap random access

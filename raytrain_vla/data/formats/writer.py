@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from raytrain_vla.data.formats.atomic import atomic_directory, refuse_non_empty
+from raytrain_vla.common.atomic import atomic_directory, refuse_non_empty
 from raytrain_vla.data.formats.video import PIX_FMT, encode_video
 
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"

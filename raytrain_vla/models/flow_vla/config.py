@@ -10,8 +10,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from raytrain_vla.common.spec import DataSpec
 from raytrain_vla.config.schema import FlowVLAOptions
-from raytrain_vla.data.spec import DataSpec
 from raytrain_vla.models.base import known_fields
 
 # Dims each size fills. tiny: CPU tests/demo (<1M); small: CPU overhead benchmark; base: GPUs.

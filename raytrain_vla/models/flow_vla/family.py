@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from raytrain_vla.common.normalize import Normalizer
+from raytrain_vla.common.spec import DataSpec
 from raytrain_vla.config.schema import FlowVLAOptions
-from raytrain_vla.data.normalize import Normalizer
-from raytrain_vla.data.spec import DataSpec
 from raytrain_vla.models.base import InputBudget, ModelFamily
 from raytrain_vla.models.flow_vla.config import FlowVLAConfig
 from raytrain_vla.models.flow_vla.layers import conv_out_size

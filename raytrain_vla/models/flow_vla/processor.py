@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from raytrain_vla.data.normalize import Normalizer
+from raytrain_vla.common.normalize import Normalizer
 from raytrain_vla.models.flow_vla.config import FlowVLAConfig
 from raytrain_vla.models.flow_vla.tokenizer import tokenize
 from raytrain_vla.models.processing import ImageStateProcessor

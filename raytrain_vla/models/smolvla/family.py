@@ -13,9 +13,9 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
+from raytrain_vla.common.normalize import ACTION, STATE, Normalizer
+from raytrain_vla.common.spec import DataSpec
 from raytrain_vla.config.schema import LoRAConfig, SmolVLAOptions
-from raytrain_vla.data.normalize import ACTION, STATE, Normalizer
-from raytrain_vla.data.spec import DataSpec
 from raytrain_vla.models.base import InputBudget, ModelFamily, PolicyFiles
 from raytrain_vla.models.smolvla import lerobot_io
 from raytrain_vla.models.smolvla.config import SmolVLAConfig

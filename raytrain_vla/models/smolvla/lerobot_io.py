@@ -24,8 +24,8 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from raytrain_vla.data.formats.atomic import replacing_directory
-from raytrain_vla.data.normalize import ACTION, STATE, Normalizer
+from raytrain_vla.common.atomic import replacing_directory
+from raytrain_vla.common.normalize import ACTION, STATE, Normalizer
 from raytrain_vla.models.smolvla.config import SmolVLAConfig
 from raytrain_vla.models.smolvla.model import expert_layer_index
 

@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoTokenizer
 
-from raytrain_vla.data.embodiment import ACTION_DIM_MASK, EMBODIMENT
-from raytrain_vla.data.normalize import ACTION, STATE, Normalizer
+from raytrain_vla.common.features import ACTION_DIM_MASK, EMBODIMENT
+from raytrain_vla.common.normalize import ACTION, STATE, Normalizer
 from raytrain_vla.models.base import ImageHook, InputProcessor, collate_masks, encode_targets
 from raytrain_vla.models.smolvla.config import SmolVLAConfig
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from upath import UPath
 
-from raytrain_vla.data.formats.location import as_path, is_uri
+from raytrain_vla.common.location import as_path, is_uri
 
 
 def refuse_non_empty(target: Path | UPath) -> None:

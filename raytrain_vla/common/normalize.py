@@ -15,8 +15,8 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-from raytrain_vla.data.formats.atomic import write_text_atomic
-from raytrain_vla.data.formats.lerobot import ACTION, STATE
+from raytrain_vla.common.atomic import write_text_atomic
+from raytrain_vla.common.features import ACTION, STATE
 
 NORMALIZED_FEATURES = (STATE, ACTION)
 ArrayT = TypeVar("ArrayT", np.ndarray, torch.Tensor)

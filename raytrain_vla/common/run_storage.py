@@ -23,7 +23,7 @@ from pathlib import Path
 
 from upath import UPath
 
-from raytrain_vla.data.formats.location import DataPath, is_uri
+from raytrain_vla.common.location import DataPath, is_uri
 
 RunPath = DataPath  # a local Path, or a UPath on an object store
 

@@ -19,7 +19,7 @@ from typing import IO, Any
 import pyarrow.parquet as pq
 from upath import UPath
 
-from raytrain_vla.config import data_root
+from raytrain_vla.common import uri
 
 DataPath = Path | UPath  # a local Path or a UPath on an object store
 RANGE_BLOCK_BYTES = 4 << 20  # bytes a remote read fetches at a time (a few GOPs of video)
@@ -27,7 +27,7 @@ RANGE_BLOCK_BYTES = 4 << 20  # bytes a remote read fetches at a time (a few GOPs
 
 def is_uri(value: str | os.PathLike | UPath) -> bool:
     """True for `scheme://...` other than `file://` (the config's own test, on any path)."""
-    return data_root.is_uri(str(value))
+    return uri.is_uri(value)
 
 
 def as_path(value: str | os.PathLike | UPath) -> DataPath:
@@ -85,7 +85,7 @@ def open_container(path: DataPath | str, cache: Any = None) -> Iterator[Any]:
     object_cache.CacheConfig), or a ranged remote file; closes what it opened."""
     import av
 
-    from raytrain_vla.data.formats.object_cache import local_copy
+    from raytrain_vla.common.object_cache import local_copy
 
     source: Any = None
     if cache is not None and is_remote(path):
