@@ -238,7 +238,7 @@ def _run_ours(source, plan, start: int, end: int, args, setup: Setup, first_only
     """(samples, seconds to the first batch, seconds in all) for steps [start, end)."""
 
     from raytrain_vla.data.pipeline import LEAD_FRACTION, iter_rank_batches
-    from raytrain_vla.data.plan import rank_read_tasks
+    from raytrain_vla.data.read_tasks import rank_read_tasks
 
     tasks = rank_read_tasks(plan, start, end, 0, 1, setup.samples_per_task, args.micro_batch,
                             setup.follow_windows)  # fmt: skip
@@ -327,7 +327,7 @@ def run_variant(root: Path, args, uri: str | None = None) -> dict:
     With `uri` (the same files on an S3 server), `ours_s3` reads them from there."""
     from raytrain_vla.data.formats.lerobot import LeRobotMeta
     from raytrain_vla.data.formats.lerobot_source import LeRobotSource
-    from raytrain_vla.data.plan import capped_task_size
+    from raytrain_vla.data.read_tasks import capped_task_size
 
     meta = LeRobotMeta.load(root)
     source = LeRobotSource(meta, args.chunk_size)

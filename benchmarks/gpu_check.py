@@ -26,9 +26,10 @@ import torch.multiprocessing as mp
 from torch.distributed.device_mesh import init_device_mesh
 
 from raytrain_vla.config import load_config
-from raytrain_vla.config.schema import FlowVLAOptions, OptimizerConfig, SchedulerConfig, TrainConfig
+from raytrain_vla.config.schema import OptimizerConfig, SchedulerConfig, TrainConfig
 from raytrain_vla.data.dataset import DatasetView
 from raytrain_vla.data.demo import write_demo_dataset
+from raytrain_vla.models.flow_vla.options import FlowVLAOptions
 from raytrain_vla.models.registry import get_family
 from raytrain_vla.train.flops import peak_tflops, training_flops_per_sample
 from raytrain_vla.train.fsdp import apply_fsdp

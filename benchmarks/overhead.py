@@ -39,7 +39,7 @@ import torch.multiprocessing as mp
 from raytrain_vla.config import load_config
 from raytrain_vla.data.dataset import DatasetView
 from raytrain_vla.data.demo import ensure_dataset
-from raytrain_vla.models.registry import family_options, get_family
+from raytrain_vla.models.registry import get_family
 from raytrain_vla.train.fsdp import apply_fsdp
 from raytrain_vla.train.inputs import ReadTransform
 from raytrain_vla.train.noise import flow_noise_and_time
@@ -75,7 +75,7 @@ def _plain_worker(
     cfg = load_config(None, overrides)
     view = DatasetView.open(cfg.data, cfg.train.seed, cfg.train.global_batch_size)
     family = get_family(cfg.model.type)
-    config = family.resolve_config(family_options(cfg.model), view.spec)
+    config = family.resolve_config(cfg.model.options, view.spec)
     processor = family.processor(config, view.normalizer)
     torch.manual_seed(cfg.train.seed)
     model = family.build(config)

@@ -40,7 +40,8 @@ from raytrain_vla.config.schema import DataConfig
 from raytrain_vla.data.dataset import split_episodes
 from raytrain_vla.data.formats.lerobot_source import LeRobotSource
 from raytrain_vla.data.mixture_plan import MixturePlan
-from raytrain_vla.data.plan import SamplePlan, rank_read_tasks
+from raytrain_vla.data.plan import SamplePlan
+from raytrain_vla.data.read_tasks import rank_read_tasks
 from raytrain_vla.data.synthetic_index import ACTION_DIM, CAMERAS, STATE_DIM, synthetic_meta
 
 

@@ -35,8 +35,9 @@ import torch.multiprocessing as mp
 from torch.distributed.device_mesh import init_device_mesh
 
 from raytrain_vla.common.spec import DataSpec
-from raytrain_vla.config.schema import OptimizerConfig, SchedulerConfig, SmolVLAOptions, TrainConfig
+from raytrain_vla.config.schema import OptimizerConfig, SchedulerConfig, TrainConfig
 from raytrain_vla.models.registry import get_family
+from raytrain_vla.models.smolvla.options import SmolVLAOptions
 from raytrain_vla.train.flops import peak_tflops, training_flops_per_sample
 from raytrain_vla.train.fsdp import apply_fsdp
 from raytrain_vla.train.materialize import materialize_from_rank0, meta_model

@@ -71,14 +71,14 @@ def _preflight(args: argparse.Namespace, overrides: list[str]) -> int:
     Without ROOT, the config and overrides name the data (`data.root` or `data.mixture`)."""
     from raytrain_vla.config import absolute_paths, dataset_configs, load_config
     from raytrain_vla.data.inspect import find_problems
-    from raytrain_vla.train.optim import check_model_options
+    from raytrain_vla.models.checks import check_model_options
     from raytrain_vla.train.preflight import Finding, preflight
 
     if args.root.startswith("--"):  # argparse takes an override holding a space for ROOT
         overrides, args.root = [args.root, *overrides], ""
     root = [f"--data.root={args.root}"] if args.root else []
     cfg = absolute_paths(load_config(args.config, [*overrides, *root]))
-    check_model_options(cfg)
+    check_model_options(cfg.model, cfg.optimizer)
     findings = preflight(cfg)
     seen = {f.message for f in findings}
     names = [e.name for e in cfg.data.mixture] or [""]

@@ -1,7 +1,7 @@
 """`python -m raytrain_vla.export CHECKPOINT_DIR OUT_DIR [--dtype bf16] [--format lerobot]`: a
 policy directory from any training checkpoint (DCP shards from any number of workers), in one
 process, without Ray. `--format lerobot` writes LeRobot's `pretrained_model/` layout instead
-(smolvla), which LeRobot's `SmolVLAPolicy.from_pretrained` loads without this package.
+(for the families LeRobot also has), which LeRobot's `from_pretrained` loads without this package.
 
 The policy format is `raytrain_vla.policy.format`; the checkpoint side is
 `raytrain_vla.train.checkpoint.consolidate`. Either directory may be an object-store URI.
@@ -29,11 +29,14 @@ FORMATS = ("raytrain", "lerobot")
 def export_checkpoint(
     checkpoint: Path | str, out_dir: Path | str, dtype: str = "fp32", fmt: str = "raytrain"
 ) -> Path:
-    """A checkpoint in object storage is downloaded first; the policy may go to a URI too."""
+    """A checkpoint in object storage is downloaded first; the policy may go to a URI too.
+    A damaged checkpoint (its files differ from its manifest) raises before `out_dir` is
+    touched, so an existing export stays as it was."""
     if fmt != "raytrain" and is_uri(out_dir):
         raise ValueError(f"{out_dir}: --format {fmt} writes a local directory; give a path")
     with local_directory(checkpoint) as local:
-        state, meta, normalizer = consolidate(local, DTYPES[dtype])
+        shown_as = str(checkpoint) if is_uri(checkpoint) else None
+        state, meta, normalizer = consolidate(local, DTYPES[dtype], shown_as)
     if fmt == "raytrain":
         return write_policy(out_dir, state, meta, normalizer)
     if fmt not in meta.family.foreign_formats:

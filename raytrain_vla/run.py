@@ -15,10 +15,10 @@ from raytrain_vla.config import Config, ConfigError, absolute_paths, dataset_con
 from raytrain_vla.config.help import format_config_help, wants_help
 from raytrain_vla.data.demo import ensure_dataset
 from raytrain_vla.data.mixture import data_fingerprint
+from raytrain_vla.models.checks import check_model_options
 from raytrain_vla.train.driver_lock import driver_lock
 from raytrain_vla.train.init_source import weights_file
 from raytrain_vla.train.launch import build_trainer, init_ray
-from raytrain_vla.train.optim import check_model_options
 from raytrain_vla.train.preflight import check_before_ray
 from raytrain_vla.train.resume import check_resume, fresh_run_name
 from raytrain_vla.train.trainer import run_dir_of
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         cfg = absolute_paths(parse_cli(argv))
-        check_model_options(cfg)
+        check_model_options(cfg.model, cfg.optimizer)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

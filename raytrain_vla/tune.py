@@ -16,7 +16,7 @@ from pathlib import Path
 
 from raytrain_vla.config import ConfigError, absolute_paths, dataset_configs, parse_cli
 from raytrain_vla.config.help import format_config_help, wants_help
-from raytrain_vla.config.loader import command_line_keys
+from raytrain_vla.config.parse import command_line_keys
 
 USAGE = "python -m raytrain_vla.tune --space SPACE.yaml [--name SWEEP] [--config CFG.yaml] [--KEY=VALUE ...]"
 OPTIONS = [
@@ -48,13 +48,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     # Imported here so `--help` and config errors answer without importing Ray Tune.
-    from raytrain_vla.train.optim import check_model_options
+    from raytrain_vla.models.checks import check_model_options
     from raytrain_vla.train.preflight import check_before_ray
     from raytrain_vla.tuning.space import load_space
 
     try:
         base = absolute_paths(parse_cli(rest))
-        check_model_options(base)
+        check_model_options(base.model, base.optimizer)
         space = load_space(args.space, base, command_line_keys(rest))
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -1,4 +1,5 @@
-"""Image resizing for model inputs: uint8 in and out, so read tasks ship bytes, not floats.
+"""Image resizing for model inputs: uint8 in and out, so read tasks ship bytes, not floats; a
+policy's float frames (in [0, 1]) stay float, as LeRobot feeds them to the model.
 
 torch is imported when an image is resized, not with the module: the video decoder calls
 `resize_frames_hwc` and tools that never resize (`data inspect`) should not pay for it.
@@ -6,11 +7,17 @@ torch is imported when an image is resized, not with the module: the video decod
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 
 def resize_images(images: dict[str, np.ndarray], size: tuple[int, int]) -> dict[str, np.ndarray]:
-    """Bilinear (antialiased) resize of uint8 (N, C, H, W) batches to the model's resolution.
+    """Bilinear (antialiased) resize of uint8 (or float) (N, C, H, W) batches to the model's
+    resolution, keeping their dtype.
 
     It runs on uint8 directly (torch's vectorised path, rounding like PIL): nine times faster
     than converting to float at 480x640 -> 224, which made the resize, not the video decode,
@@ -43,3 +50,11 @@ def resize_frames_hwc(frames: np.ndarray, size: tuple[int, int] | None) -> np.nd
     y = F.interpolate(x, size=tuple(size), mode="bilinear", antialias=True, align_corners=False)
     out = np.ascontiguousarray(y.permute(0, 2, 3, 1).numpy())
     return out[0] if frames.ndim == 3 else out
+
+
+def unit_float(images: torch.Tensor) -> torch.Tensor:
+    """uint8 images -> float32 in [0, 1]; float images are in [0, 1] already and only become
+    float32, never rounded or rescaled (a float frame reaches the model as given)."""
+    import torch
+
+    return images.float().div_(255.0) if images.dtype == torch.uint8 else images.float()

@@ -16,7 +16,7 @@ from typing import Any
 
 from draccus.wrappers.docstring import get_attribute_docstring
 
-from raytrain_vla.config.loader import _field_types
+from raytrain_vla.config.keys import field_types
 from raytrain_vla.config.schema import Config
 
 
@@ -40,7 +40,7 @@ def _type_name(tp: Any) -> str:
         inner = ", ".join("..." if a is Ellipsis else _type_name(a) for a in args)
         return f"{origin.__name__}[{inner}]"
     if dataclasses.is_dataclass(tp):
-        return "{" + ", ".join(_field_types(tp)) + "}"
+        return "{" + ", ".join(field_types(tp)) + "}"
     return getattr(tp, "__name__", str(tp))
 
 
@@ -66,7 +66,7 @@ def key_help(cls: type = Config, prefix: str = "", instance: Any = None) -> list
     instance = cls() if instance is None else instance
     rows: list[KeyHelp] = []
     nested: list[KeyHelp] = []
-    for name, tp in _field_types(cls).items():
+    for name, tp in field_types(cls).items():
         key = f"{prefix}{name}"
         value = getattr(instance, name)
         if dataclasses.is_dataclass(tp):
@@ -79,7 +79,7 @@ def key_help(cls: type = Config, prefix: str = "", instance: Any = None) -> list
 def section_docs(cls: type = Config, prefix: str = "") -> dict[str, str]:
     """Each section's class docstring (its first paragraph), by dotted section name."""
     out: dict[str, str] = {}
-    for name, tp in _field_types(cls).items():
+    for name, tp in field_types(cls).items():
         if dataclasses.is_dataclass(tp):
             doc = (tp.__doc__ or "").strip()
             if doc and not doc.startswith(tp.__name__ + "("):  # not dataclass's generated one

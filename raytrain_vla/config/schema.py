@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
+
+from raytrain_vla.config.families import default_family, default_sections
 
 # Choices as named aliases: draccus's field-comment reader (for --help) skips quoted types.
 NormalizationMode = Literal["mean_std", "min_max", "quantile", "quantile10"]
-FlowVLASize = Literal["tiny", "small", "base"]
-AttentionMode = Literal["cross_attn", "self_attn"]
-LanguagePadding = Literal["longest", "max_length"]
-ModelType = Literal["flow_vla", "smolvla"]
 OptimizerType = Literal["adamw"]
 SchedulerType = Literal["constant", "cosine"]
 Precision = Literal["fp32", "bf16"]
@@ -53,7 +51,7 @@ class DataConfig:
     demo_episodes: int = 1500  # episodes of the demo dataset (data.root=demo)
     demo_seed: int = 0  # seed of the demo dataset's scenes
     # Future actions per sample (the action chunk). Left unset in a config, it is the model
-    # family's default (flow_vla 8, smolvla 50 as in LeRobot).
+    # family's default (or the chunk of the LeRobot checkpoint `model.init_from` names).
     chunk_size: int = 8
     # Share of episodes held out for validation (chosen by a seeded hash of the index).
     val_fraction: float = 0.05
@@ -97,54 +95,6 @@ class DataConfig:
 
 
 @dataclass(frozen=True)
-class FlowVLAOptions:
-    """`model.flow_vla`: the built-in from-scratch VLA (models/flow_vla)."""
-
-    DEFAULT_CHUNK_SIZE: ClassVar[int] = 8
-
-    size: FlowVLASize = "tiny"  # about 3M, 40M and 1B parameters
-    num_inference_steps: int = 10  # Euler steps of the flow at inference
-    max_text_len: int = 48  # instructions are byte-tokenized; longer ones are an error
-
-
-@dataclass(frozen=True)
-class SmolVLAOptions:
-    """`model.smolvla`: LeRobot's SmolVLA on a SmolVLM backbone (models/smolvla).
-
-    Start from LeRobot's checkpoint with `model.init_from=<pretrained_model dir>` (its
-    architecture, and its VLM directory if `vlm_path` is empty), or from a SmolVLM directory
-    (`vlm_path`; its safetensors weights are loaded when present). Options left empty (None)
-    take the checkpoint's value, else LeRobot's default; an architecture option that
-    contradicts the checkpoint is an error.
-    """
-
-    DEFAULT_CHUNK_SIZE: ClassVar[int] = 50
-
-    vlm_path: str = ""  # a SmolVLM directory: config, tokenizer, processor (+ weights)
-    # Model camera -> dataset camera, e.g. {observation.images.camera1: observation.image}.
-    # Empty: each model camera reads the dataset camera of the same name (a fresh model takes
-    # the dataset's cameras).
-    cameras: dict[str, str] = field(default_factory=dict)
-    # Architecture: LeRobot's SmolVLAConfig names, LeRobot's default after the ';'.
-    num_vlm_layers: int | None = None  # text layers of the VLM kept; 16
-    num_expert_layers: int | None = None  # action expert layers (-1: one per VLM layer); -1
-    expert_width_multiplier: float | None = None  # expert width / VLM width; 0.75
-    self_attn_every_n_layers: int | None = None  # expert self-attention interleave; 2
-    attention_mode: AttentionMode | None = None  # expert attention to the prefix; cross_attn
-    max_state_dim: int | None = None  # state padded to this size; 32
-    max_action_dim: int | None = None  # actions padded to this size; 32
-    # Images resized with padding to (W, H) before the vision tower; (512, 512)
-    resize_imgs_with_padding: tuple[int, int] | None = None
-    tokenizer_max_length: int | None = None  # instruction tokens kept (LeRobot truncates); 48
-    pad_language_to: LanguagePadding | None = None  # token padding; longest
-    num_steps: int | None = None  # Euler steps at inference; 10
-    empty_cameras: int | None = None  # extra all-padding camera slots; 0
-    freeze_vision_encoder: bool | None = None  # keep the vision tower frozen; true
-    train_expert_only: bool | None = None  # freeze the whole VLM; true
-    train_state_proj: bool | None = None  # train the state projection; true
-
-
-@dataclass(frozen=True)
 class LoRAConfig:
     """`model.lora`: low-rank adapters (peft) on the VLM's text layers; r = 0 is off. Only the
     adapters, the action expert and what else is unfrozen train and are checkpointed; exports
@@ -158,12 +108,16 @@ class LoRAConfig:
 
 @dataclass
 class ModelConfig:
-    type: ModelType = "flow_vla"  # the family; its options: model.<type>
-    flow_vla: FlowVLAOptions = field(default_factory=FlowVLAOptions)
-    smolvla: SmolVLAOptions = field(default_factory=SmolVLAOptions)
+    """`model`: the family (`type`), its options (`model.<type>`, one section per registered
+    family, see config/families.py) and what every family shares."""
+
+    # `sections` holds the families' option sections; they read as `model.<family>`.
+    OPEN_SECTIONS: ClassVar[str] = "sections"
+
+    type: str = field(default_factory=default_family)  # the family; its options: model.<type>
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     # Start from a pretrained policy: an exported policy directory, a LeRobot policy directory
-    # (`pretrained_model/`, for smolvla) or a .safetensors file.
+    # (`pretrained_model/`, for families that read LeRobot's format) or a .safetensors file.
     init_from: str = ""
     # Regexes of parameter names that may be missing or change shape (they keep a fresh init),
     # e.g. the action input and output layers for a robot with another action dimension.
@@ -171,6 +125,20 @@ class ModelConfig:
     # Allow instructions longer than the model's text budget (they are cut to it); without it,
     # a dataset with such an instruction is refused before training starts.
     truncate_text: bool = False
+    # Every registered family's options by name (not a key of its own: `model.<family>`).
+    sections: dict[str, Any] = field(default_factory=default_sections, repr=False)
+
+    def __getattr__(self, name: str) -> Any:
+        """`model.<family>`: that family's options section."""
+        sections = self.__dict__.get("sections")
+        if sections is not None and name in sections:
+            return sections[name]
+        raise AttributeError(f"'ModelConfig' has no attribute or family section {name!r}")
+
+    @property
+    def options(self) -> Any:
+        """The selected family's options (`model.<type>`)."""
+        return self.sections[self.type]
 
 
 @dataclass

@@ -23,7 +23,8 @@ from raytrain_vla.data.formats.lerobot import (
     dataset_fingerprint,
 )
 from raytrain_vla.data.formats.lerobot_source import LeRobotSource
-from raytrain_vla.data.formats.shards import MANIFEST, ShardSource
+from raytrain_vla.data.formats.shards.manifest import MANIFEST
+from raytrain_vla.data.formats.shards.reader import ShardSource
 from raytrain_vla.data.plan import SamplePlan
 
 

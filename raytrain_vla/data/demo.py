@@ -16,7 +16,7 @@ import numpy as np
 import raytrain_vla.config.data_root as locate
 from raytrain_vla.common.location import as_path
 from raytrain_vla.common.uri import is_uri
-from raytrain_vla.config.loader import ConfigError
+from raytrain_vla.config.errors import ConfigError
 from raytrain_vla.config.schema import DataConfig
 from raytrain_vla.data.formats.lerobot import DatasetError
 from raytrain_vla.data.formats.video import DEFAULT_CODEC, DEFAULT_CRF, DEFAULT_GOP, DEFAULT_PRESET

@@ -78,7 +78,7 @@ def _missing_video(path: Path, key: str, episodes: list[int]) -> str:
 
 def _shard_problems(meta: LeRobotMeta) -> list[str]:
     """A shard directory (data/arrow.py) has no data/ or videos/: check its manifest and files."""
-    from raytrain_vla.data.formats.shards import load_manifest, shard_path
+    from raytrain_vla.data.formats.shards.manifest import load_manifest, shard_path
 
     try:
         manifest = load_manifest(meta.root)

@@ -34,7 +34,7 @@ import ray
 from ray.data.block import BlockAccessor
 from ray.util.debug import log_once
 
-from raytrain_vla.data.plan import read_tasks
+from raytrain_vla.data.read_tasks import cut_tasks
 
 
 class SampleRead(Protocol):
@@ -148,11 +148,9 @@ def iter_rank_batches(
     _configure_context()
     if isinstance(work, np.ndarray):
         epochs = np.zeros(len(work), np.int64) if epochs is None else np.asarray(epochs, np.int64)
-        tasks: Iterator = zip(
-            read_tasks(work, samples_per_task, micro_batch),
-            read_tasks(epochs, samples_per_task, micro_batch),
-            strict=True,
-        )
+        if epochs.shape != (len(work),):
+            raise ValueError(f"{len(work)} work ids but epochs of shape {epochs.shape}")
+        tasks: Iterator = cut_tasks([(work, epochs)], samples_per_task, micro_batch)
     else:
         tasks = iter(work)
     head = next(tasks, None)

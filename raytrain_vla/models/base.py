@@ -35,6 +35,7 @@ from torch import nn
 from raytrain_vla.common.features import ACTION_DIM_MASK, EMBODIMENT, IMAGE_MASK
 from raytrain_vla.common.normalize import ACTION, Normalizer
 from raytrain_vla.common.spec import DataSpec
+from raytrain_vla.config.families import FamilyOptions
 
 # Runs on the uint8 (N, C, H, W) camera images inside `encode`: the data pipeline's keyed
 # augmentation. The family decides at which resolution it applies.
@@ -214,6 +215,7 @@ class InputBudget:
     tokens_per_camera: int  # vision tokens one camera frame becomes
     pixels_per_token: int  # side of the square one token covers (to suggest an image size)
     text_budget: int  # instruction length the model keeps, in `text_unit`
+    text_budget_key: str  # the option that sets it, e.g. `model.<family>.max_text_len`
     text_unit: str  # "bytes" or "tokens"
     count_text: Callable[[str], int]  # an instruction's length in `text_unit`, untruncated
 
@@ -222,6 +224,8 @@ class ModelFamily(ABC):
     """One VLA family: its config, its model and its processor (see the module docstring)."""
 
     name: ClassVar[str]
+    # The options section `model.<name>` (registered with the config by `register_family`).
+    options_type: ClassVar[type[FamilyOptions]]
     config_type: ClassVar[type[FamilyConfig]]
     model_type: ClassVar[type[VLAModel]]
     # Other projects' policy formats the family reads (`read_foreign`) and writes.
@@ -252,6 +256,12 @@ class ModelFamily(ABC):
         """Inverse of the config's `to_dict` (a policy's `config.json`); `base_dir` (the policy
         directory) resolves the relative paths `export_assets` wrote."""
         return self.config_type.from_dict(data)
+
+    def tiny_options(self, fixtures: Path | None) -> FamilyOptions:
+        """Options of a tiny instance (CPU, about a second to build) on which the contract suite
+        runs every family; `fixtures` is the shared fixtures folder (None when absent) for a
+        family whose tiny instance needs files, e.g. a VLM's config and tokenizer."""
+        raise NotImplementedError(f"model type {self.name!r} has no tiny_options")
 
     def check_options(self, options: Any, init_from: str = "", lora: Any = None) -> None:
         """What can be checked of the options before Ray starts (without the dataset); raises

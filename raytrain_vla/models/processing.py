@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from raytrain_vla.common.features import ACTION_DIM_MASK, EMBODIMENT, IMAGE_MASK
-from raytrain_vla.common.image_ops import resize_images
+from raytrain_vla.common.image_ops import resize_images, unit_float
 from raytrain_vla.common.normalize import ACTION, STATE, Normalizer
 from raytrain_vla.models.base import ImageHook, InputProcessor, collate_masks, encode_targets
 
@@ -21,7 +21,7 @@ class ImageStateProcessor(InputProcessor):
     """uint8 cameras resized to `image_size` (then `augment`), normalised state and actions.
 
     Images stay uint8 until `collate`, which scales them to [0, 1] floats on the device: read
-    tasks ship a quarter of the bytes.
+    tasks ship a quarter of the bytes. A policy's float frames stay float throughout.
     """
 
     def __init__(
@@ -59,7 +59,7 @@ class ImageStateProcessor(InputProcessor):
             return torch.from_numpy(np.array(x)).to(device, non_blocking=True)  # writable copy
 
         batch: dict[str, Any] = {
-            "images": {k: t(cols[f"image/{k}"]).float().div_(255.0) for k in self.camera_keys},
+            "images": {k: unit_float(t(cols[f"image/{k}"])) for k in self.camera_keys},
             "state": t(cols["state"]),
         }
         reserved = {"state", "sample_id", "actions", "action_is_pad", ACTION_DIM_MASK, EMBODIMENT}

@@ -23,6 +23,7 @@ from raytrain_vla.data.embodiment import Embodiment
 from raytrain_vla.models.base import InputProcessor, VLAModel
 from raytrain_vla.models.registry import read_foreign_policy
 from raytrain_vla.policy.format import (
+    CHECKPOINT_META,
     CONFIG,
     NORMALIZATION,
     WEIGHTS,
@@ -31,6 +32,7 @@ from raytrain_vla.policy.format import (
     read_meta,
     write_policy,
 )
+from raytrain_vla.policy.integrity import MANIFEST, verify_checkpoint
 
 STATE_KEYS = (STATE, "state")  # LeRobot's name first; "state" and "instruction" are aliases
 TASK_KEYS = ("task", "instruction")
@@ -40,21 +42,25 @@ def _numpy(value) -> np.ndarray:
     return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
 
 
-def _uint8_chw(key: str, images: np.ndarray) -> np.ndarray:
-    """(B, H, W, 3) uint8 or (B, 3, H, W) float in [0, 1] (or uint8) -> (B, 3, H, W) uint8, as
-    cameras are decoded for training."""
-    x = torch.as_tensor(images)
+def _camera_chw(key: str, images: np.ndarray | torch.Tensor) -> np.ndarray:
+    """(B, H, W, 3) or (B, 3, H, W) images -> (B, 3, H, W) of the same kind: uint8 as training
+    decoded it, float (in [0, 1]) as float32, never rounded to uint8. LeRobot hands float frames
+    to the model as they are, so rounding them moved a policy's actions (by up to ~2e-3)."""
+    if isinstance(images, torch.Tensor):
+        x = images.detach().cpu()
+    else:  # a copy only where torch cannot view it (a flipped channel or row order)
+        x = torch.as_tensor(np.ascontiguousarray(images))
     if x.ndim != 4 or 3 not in (x.shape[1], x.shape[-1]):
         raise ValueError(
-            f"camera '{key}': expected HWC uint8 or CHW float images (batched or not), got shape "
+            f"camera '{key}': expected (H, W, 3) or (3, H, W) images (batched or not), got shape "
             f"{tuple(x.shape)}"
         )
-    if x.dtype == torch.uint8:
-        x = x.permute(0, 3, 1, 2) if x.shape[1] != 3 else x
-    else:
-        x = x.permute(0, 3, 1, 2) if x.shape[1] != 3 else x
-        x = (x.float().clamp(0, 1) * 255).round().to(torch.uint8)
-    return x.contiguous().numpy()
+    if x.dtype != torch.uint8 and not x.is_floating_point():
+        raise ValueError(
+            f"camera '{key}': expected uint8 images or float images in [0, 1], got {x.dtype}"
+        )
+    x = x.permute(0, 3, 1, 2) if x.shape[1] != 3 else x
+    return (x if x.dtype == torch.uint8 else x.float()).contiguous().numpy()
 
 
 def _first_key(observation: dict, keys: tuple[str, ...]) -> str | None:
@@ -66,9 +72,10 @@ class Policy(ModelHubMixin):
     `from_pretrained`/`save_pretrained` (huggingface_hub's `ModelHubMixin`).
 
     An observation uses LeRobot's keys: cameras under their dataset keys (e.g.
-    `observation.images.top`), `observation.state` and `task`. Unbatched numpy (HWC uint8 or
-    CHW float images, a (S,) state, one string) or batched tensors ((B, 3, H, W) float in
-    [0, 1], (B, S), B strings) are both accepted; actions come back the same way.
+    `observation.images.top`), `observation.state` and `task`. Unbatched numpy (HWC or CHW
+    images, a (S,) state, one string) or batched tensors ((B, 3, H, W) images, (B, S), B
+    strings) are both accepted; actions come back the same way. Images are uint8 (0-255) or
+    float in [0, 1]; floats reach the model unrounded, as in LeRobot.
     """
 
     def __init__(
@@ -184,8 +191,10 @@ class Policy(ModelHubMixin):
             raise ValueError(f"'{task_key}': {len(tasks)} strings for a batch of {len(state)}")
         cols = {"state": state, "task": np.array(tasks, dtype=object)}
         for key in cameras:
-            images = _numpy(observation[key])
-            cols[f"image/{key}"] = _uint8_chw(key, images if batched else images[None])
+            images = observation[key]
+            images = images if isinstance(images, torch.Tensor) else np.asarray(images)
+            images = images if batched else images[None]
+            cols[f"image/{key}"] = _camera_chw(key, images)
             if len(cols[f"image/{key}"]) != len(state):
                 raise ValueError(
                     f"camera '{key}': {len(images)} images for a batch of {len(state)}"
@@ -246,7 +255,8 @@ class Policy(ModelHubMixin):
         cls, *, model_id: str, device: str | torch.device = "cpu", seed: int = 0,
         n_action_steps: int = 0, **hub_kwargs: Any,
     ) -> Policy:  # fmt: skip
-        """A local directory (ours or LeRobot's SmolVLA), else a Hub repo from the HF cache."""
+        """A local directory (ours or another project's a family reads), else a Hub repo from
+        the HF cache."""
         path = Path(model_id)
         if not path.is_dir():
             from huggingface_hub import snapshot_download
@@ -322,12 +332,30 @@ def load(
     path: str | Path, seed: int = 0, n_action_steps: int = 0, device: str | torch.device = "cpu"
 ) -> Policy:
     """An exported policy directory (`python -m raytrain_vla.export`, or a run's `export/`),
-    or another project's policy directory a model family reads (LeRobot's SmolVLA
-    `pretrained_model/`). An object-store URI is downloaded to a temporary directory first."""
+    or another project's policy directory a model family reads (LeRobot's
+    `pretrained_model/`). An object-store URI is downloaded to a temporary directory first.
+    A training checkpoint is refused with the export command to run, once its files are
+    checked against its manifest: a damaged one is named instead."""
     if is_uri(path):
         with local_directory(path) as local:
-            return load(local, seed, n_action_steps, device)
-    path = Path(path)
+            return _load_local(local, seed, n_action_steps, device, str(path))
+    return _load_local(Path(path), seed, n_action_steps, device)
+
+
+def _load_local(
+    path: Path, seed: int, n_action_steps: int, device: str | torch.device,
+    shown_as: str | None = None,
+) -> Policy:  # fmt: skip
+    """`load` of a local directory; `shown_as` names it in errors (the URI it came from)."""
+    if not (path / CONFIG).is_file() and any(
+        (path / name).is_file() for name in (CHECKPOINT_META, MANIFEST)
+    ):
+        verify_checkpoint(path, shown_as)
+        shown = shown_as or path
+        raise FileNotFoundError(
+            f"{shown}: a training checkpoint, not a policy directory (no {WEIGHTS}); export it "
+            f"with `python -m raytrain_vla.export {shown} OUT`, then load OUT"
+        )
     data = json.loads((path / CONFIG).read_text()) if (path / CONFIG).is_file() else {}
     if data and "format" not in data and "model_kwargs" not in data:  # neither version 2 nor 1
         foreign = read_foreign_policy(path)

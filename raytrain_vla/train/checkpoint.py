@@ -12,6 +12,7 @@ registers it only after all ranks reported. DCP shards can be loaded at a differ
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Collection
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 import yaml
 from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_state_dict,
@@ -29,6 +31,7 @@ from raytrain_vla.common.atomic import write_text_atomic
 from raytrain_vla.common.normalize import Normalizer
 from raytrain_vla.config import from_tree
 from raytrain_vla.policy.format import CHECKPOINT_META, NORMALIZATION, PolicyMeta, read_meta
+from raytrain_vla.policy.integrity import verify_checkpoint
 from raytrain_vla.train.init_source import build_init_source
 from raytrain_vla.train.manifest import write_manifest
 from raytrain_vla.train.train_state import (
@@ -109,15 +112,18 @@ def load_checkpoint(
 
 
 def consolidate(
-    checkpoint: Path, dtype: torch.dtype | None = None
+    checkpoint: Path, dtype: torch.dtype | None = None, shown_as: str | None = None
 ) -> tuple[dict[str, torch.Tensor], PolicyMeta, Normalizer]:
     """DCP shards of any world size -> full weights, holding one copy of the model in memory.
 
-    The model is built on the meta device and allocated uninitialised; DCP fills every tensor
-    it stored. A checkpoint that left frozen parameters out is loaded over the rebuilt init
-    source instead, after its checksum is verified.
+    Its files are first checked against the manifest: a damaged one is named in one line
+    (`shown_as`: the URI of a downloaded copy) before DCP reads anything. The model is built
+    on the meta device and allocated uninitialised; DCP fills every tensor it stored. A
+    checkpoint that left frozen parameters out is loaded over the rebuilt init source instead,
+    after its checksum is verified.
     """
     checkpoint = Path(checkpoint)
+    verify_checkpoint(checkpoint, shown_as)
     for name in (CHECKPOINT_META, NORMALIZATION, ".metadata"):
         if not (checkpoint / name).is_file():
             raise FileNotFoundError(
@@ -132,7 +138,16 @@ def consolidate(
     else:
         model = model.to_empty(device="cpu")  # storage only: DCP fills every tensor
     state = model.state_dict()
-    dcp.load({"model": {k: state[k] for k in stored}}, checkpoint_id=str(checkpoint))
+    try:
+        with warnings.catch_warnings():  # one process reading every shard is the intent
+            warnings.filterwarnings("ignore", "torch.distributed is .*uninitialized")
+            dcp.load({"model": {k: state[k] for k in stored}}, checkpoint_id=str(checkpoint))
+    except CheckpointException as err:  # a BaseException: it would escape the CLI's one line
+        cause = next(iter(err.failures.values()))[0]
+        why = f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+        raise ValueError(
+            f"{shown_as or checkpoint}: DCP could not read the model from its shards ({why})"
+        ) from err
     for key, tensor in state.items():  # one tensor at a time, so never two copies of the model
         if dtype is not None and tensor.is_floating_point() and tensor.dtype != dtype:
             state[key] = tensor.to(dtype)

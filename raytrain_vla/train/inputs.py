@@ -17,7 +17,7 @@ from raytrain_vla.data.augment import augment_enabled, augment_images
 from raytrain_vla.data.dataset import DatasetView
 from raytrain_vla.data.mixture import MixtureView
 from raytrain_vla.data.pipeline import iter_rank_batches
-from raytrain_vla.data.plan import capped_task_size, rank_read_tasks
+from raytrain_vla.data.read_tasks import capped_task_size, rank_read_tasks
 from raytrain_vla.models.base import InputProcessor
 from raytrain_vla.train.validate import pad_to_ranks
 

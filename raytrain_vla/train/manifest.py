@@ -5,29 +5,20 @@ files it wrote and rank 0 writes them all as `manifest.json`, after everything e
 verifies the files (each rank a share, any world size) before DCP, json or torch reads them: a
 truncated shard, a garbage sidecar or a missing RNG file is then named in one line and the run
 falls back to the previous complete checkpoint instead of failing, or loading it silently.
+The check itself is `policy.integrity`'s, which `export` and `policy.load` run too.
 """
 
 from __future__ import annotations
 
 import json
-import zlib
 from pathlib import Path
 
 import torch.distributed as dist
 
 from raytrain_vla.common.atomic import write_text_atomic
+from raytrain_vla.policy.integrity import MANIFEST, checkpoint_problems, file_digest
 
-MANIFEST = "manifest.json"
-_BLOCK = 1 << 22
-
-
-def file_digest(path: Path) -> dict[str, int]:
-    crc, size = 0, 0
-    with open(path, "rb") as f:
-        while block := f.read(_BLOCK):
-            crc = zlib.crc32(block, crc)
-            size += len(block)
-    return {"size": size, "crc32": crc}
+__all__ = ["MANIFEST", "all_problems", "checkpoint_problems", "digest_directory", "write_manifest"]
 
 
 def digest_directory(directory: Path) -> dict[str, dict[str, int]]:
@@ -54,36 +45,6 @@ def write_manifest(directory: Path, rank: int) -> None:
         for part in parts:
             files.update(part or {})
         write_text_atomic(directory / MANIFEST, json.dumps({"version": 1, "files": files}))
-
-
-def checkpoint_problems(
-    directory: Path, rank: int = 0, world_size: int = 1, checksums: bool = True
-) -> list[str]:
-    """What is wrong with this rank's share of the checkpoint's files ([] when sound).
-
-    A checkpoint without a manifest predates manifests (a registered checkpoint always has
-    one: it is written before the checkpoint is reported) and is taken as it is.
-    """
-    manifest = directory / MANIFEST
-    if not manifest.is_file():
-        return []
-    try:
-        files = json.loads(manifest.read_text())["files"]
-        names = sorted(files)
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        return [f"{manifest}: unreadable ({' '.join(str(err).split())})"]
-    problems = []
-    for name in names[rank::world_size]:
-        path, want = directory / name, files[name]
-        if not path.is_file():
-            problems.append(f"{path}: missing")
-            continue
-        size = path.stat().st_size
-        if size != want["size"]:
-            problems.append(f"{path}: {size} bytes, the manifest says {want['size']}")
-        elif checksums and file_digest(path)["crc32"] != want["crc32"]:
-            problems.append(f"{path}: contents differ from the manifest (CRC32)")
-    return problems
 
 
 def all_problems(directory: Path, rank: int, world_size: int) -> list[str]:

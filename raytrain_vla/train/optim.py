@@ -8,18 +8,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
 
-from raytrain_vla.common.spec import DataSpec
-from raytrain_vla.config import Config, ConfigError
 from raytrain_vla.config.schema import OptimizerConfig, SchedulerConfig
-from raytrain_vla.models.base import ACTION_EXPERT, VLAModel
-from raytrain_vla.models.registry import family_options, get_family
+from raytrain_vla.models.base import VLAModel
+from raytrain_vla.models.checks import frozen_roles
 
 DEFAULT_GROUP = "default"
 
@@ -30,73 +26,6 @@ class ParamGroup:
     param_names: list[str]
     lr: float
     weight_decay: float
-
-
-def frozen_roles(cfg: OptimizerConfig, roles: Iterable[str]) -> list[str]:
-    """`freeze_roles`, plus every role but the action expert's under `train_action_expert_only`."""
-    frozen = list(cfg.freeze_roles)
-    if cfg.train_action_expert_only:
-        frozen += [r for r in roles if r != ACTION_EXPERT]
-    return list(dict.fromkeys(frozen))
-
-
-def check_roles(cfg: OptimizerConfig, roles: tuple[str, ...], model_type: str) -> None:
-    """Every role that groups and freezing name exists in the model family (before Ray starts)."""
-    named = [("optimizer.freeze_roles", r) for r in cfg.freeze_roles]
-    named += [(f"optimizer.groups.{g.name}.roles", r) for g in cfg.groups for r in g.roles]
-    for key, role in named:
-        if role not in roles:
-            raise ValueError(
-                f"bad value for '{key}': {role!r} is not a parameter role of model type "
-                f"{model_type!r}; its roles are {roles}"
-            )
-    if cfg.train_action_expert_only and ACTION_EXPERT not in roles:
-        raise ValueError(
-            f"'optimizer.train_action_expert_only': model type {model_type!r} has no "
-            f"'{ACTION_EXPERT}' role (its roles are {roles}); name roles in optimizer.freeze_roles"
-        )
-    if set(frozen_roles(cfg, roles)) >= set(roles):
-        raise ValueError(
-            f"'optimizer.freeze_roles' {cfg.freeze_roles} with train_action_expert_only="
-            f"{cfg.train_action_expert_only} freezes every role of {model_type!r} {roles}: "
-            "nothing would train"
-        )
-
-
-def check_model_options(cfg: Config) -> None:
-    """On the driver, before Ray starts: the roles a config names exist in its model family."""
-    family = get_family(cfg.model.type)
-    if cfg.model.lora.r and not family.supports_lora:
-        raise ConfigError(f"'model.lora.r': model type {family.name!r} has no LoRA support")
-    try:
-        family.check_options(family_options(cfg.model), cfg.model.init_from, cfg.model.lora)
-        check_roles(cfg.optimizer, family.roles, family.name)
-    except (ValueError, FileNotFoundError) as err:
-        raise ConfigError(str(err)) from err
-
-
-def check_model_fits_data(cfg: Config) -> tuple[Any, DataSpec]:
-    """On the driver, once the dataset exists: the family resolves its config against the
-    dataset's shapes (cameras, dims) and builds the model on the meta device, so a camera that
-    feeds nothing or a LoRA target that matches no module fails here, not on every worker.
-    Returns the resolved model config and the data spec."""
-    from raytrain_vla.data.mixture import open_view  # reads metadata only at the driver
-
-    family = get_family(cfg.model.type)
-    if cfg.data.image_size and not family.uses_data_image_size:
-        raise ConfigError(
-            f"'data.image_size': model type {family.name!r} sizes its images itself "
-            f"(see model.{family.name}); leave data.image_size empty"
-        )
-    spec = open_view(cfg.data, cfg.train.seed, cfg.train.global_batch_size).spec
-    options = family_options(cfg.model)
-    try:
-        config = family.resolve_config(options, spec, cfg.model.init_from, cfg.model.lora)
-        with torch.device("meta"):
-            family.build(config)
-    except (ValueError, FileNotFoundError) as err:
-        raise ConfigError(str(err)) from err
-    return config, spec
 
 
 def freeze_for_config(model: VLAModel, cfg: OptimizerConfig) -> list[str]:

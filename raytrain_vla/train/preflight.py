@@ -11,22 +11,24 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
+import torch
 
+from raytrain_vla.common.spec import DataSpec
 from raytrain_vla.common.uri import is_uri
-from raytrain_vla.config import Config, dataset_configs
+from raytrain_vla.config import Config, ConfigError, dataset_configs
 from raytrain_vla.config.schema import DataConfig
 from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta
 from raytrain_vla.data.inspect import quick_problems
+from raytrain_vla.data.mixture import open_view
 from raytrain_vla.models.base import InputBudget
 from raytrain_vla.models.registry import get_family
 from raytrain_vla.sim.closed_loop import is_demo_dataset
-from raytrain_vla.train.optim import check_model_fits_data
 
 # Vision tokens per camera above which a run is warned (the attention cost grows with their
-# square; pi0 and SmolVLA see 256 and 64 per camera).
+# square; pretrained VLAs see 64 to 256 per camera).
 MANY_IMAGE_TOKENS = 1024
 
 
@@ -37,6 +39,37 @@ class Finding:
 
     def __str__(self) -> str:
         return f"{self.level}: {self.message}"
+
+
+def check_model_fits_data(cfg: Config) -> tuple[Any, DataSpec]:
+    """On the driver, once the dataset exists: the family resolves its config against the
+    dataset's shapes (cameras, dims) and builds the model on the meta device, so a camera that
+    feeds nothing or a LoRA target that matches no module fails here, not on every worker.
+    Returns the resolved model config and the data spec."""
+    family = get_family(cfg.model.type)
+    if cfg.data.image_size and not family.uses_data_image_size:
+        raise ConfigError(
+            f"'data.image_size': model type {family.name!r} sizes its images itself "
+            f"(see model.{family.name}); leave data.image_size empty"
+        )
+    spec = open_view(cfg.data, cfg.train.seed, cfg.train.global_batch_size).spec
+    try:
+        config = family.resolve_config(cfg.model.options, spec, cfg.model.init_from, cfg.model.lora)
+        with torch.device("meta"):
+            family.build(config)
+    except (ValueError, FileNotFoundError) as err:
+        raise ConfigError(str(err)) from err
+    return config, spec
+
+
+def _chunk_findings(cfg: Config) -> list[Finding]:
+    """Where `data.chunk_size` came from when the family took it from `model.init_from`."""
+    options = cfg.model.options
+    chunk, source = options.default_chunk_size(cfg.model.init_from)
+    if chunk != cfg.data.chunk_size or chunk == options.DEFAULT_CHUNK_SIZE:
+        return []
+    return [Finding("note", f"data.chunk_size {chunk} is {source} (give data.chunk_size to "
+                    "train with another)")]  # fmt: skip
 
 
 def _unused_data_findings(cfg: Config) -> list[Finding]:
@@ -80,7 +113,7 @@ def _mixture_findings(cfg: Config) -> list[Finding]:
         if budget is not None:
             own = _image_token_findings(sub, meta, budget) + _text_findings(sub, meta, budget)
         findings += [Finding(f.level, f"data.mixture {name!r}: {f.message}") for f in own]
-    findings += _unused_data_findings(cfg)
+    findings += _unused_data_findings(cfg) + _chunk_findings(cfg)
     demos = [name for name, sub, _ in metas if is_demo_dataset(sub.data.root)]
     if cfg.eval.episodes > 0:
         findings.append(
@@ -112,7 +145,7 @@ def preflight(cfg: Config) -> list[Finding]:
         findings += _image_token_findings(cfg, meta, budget)
         findings += _text_findings(cfg, meta, budget)
     findings += _episode_findings(cfg, meta)
-    findings += _unused_data_findings(cfg)
+    findings += _unused_data_findings(cfg) + _chunk_findings(cfg)
     if cfg.eval.episodes > 0 and not is_demo_dataset(cfg.data.root):
         findings.append(
             Finding(
@@ -178,11 +211,7 @@ def _text_findings(cfg: Config, meta: LeRobotMeta, budget: InputBudget) -> list[
                 f"{unit}",
             )
         ]
-    key = (
-        "model.flow_vla.max_text_len"
-        if cfg.model.type == "flow_vla"
-        else ("model.smolvla.tokenizer_max_length")
-    )
+    key = budget.text_budget_key
     text = (
         f"{over} of {len(lengths)} instructions are longer than the model's text budget of "
         f"{budget.text_budget} {unit} (the longest, {lengths[longest]} {unit}: {task[:60]!r}"

@@ -25,7 +25,7 @@ from raytrain_vla.common.run_storage import (
     tree_modified_at,
 )
 from raytrain_vla.config import Config, recipe_hash, to_dict
-from raytrain_vla.config.loader import RESUMABLE_KEYS
+from raytrain_vla.config.recipe import recipe_differences
 from raytrain_vla.data.plan import PLAN_VERSION
 from raytrain_vla.errors import NotRetriable
 from raytrain_vla.train.checkpoint import CONFIG
@@ -128,30 +128,14 @@ def prune_untracked_checkpoints(run_dir: RunPath) -> list[str]:
     return [p.name for p in doomed]
 
 
-def _flatten(tree: dict, prefix: str = "") -> dict[str, object]:
-    out: dict[str, object] = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(_flatten(value, name + "."))
-        else:
-            out[name] = value
-    return out
-
-
-def _resumable(key: str) -> bool:
-    return any(key == k or key.startswith(k + ".") for k in RESUMABLE_KEYS)
-
-
-def recipe_differences(old: dict, new: dict) -> list[str]:
-    """`key: old -> new` for every recipe key whose value changed."""
-    a, b = _flatten(old), _flatten(new)
-    diffs = []
-    for key in sorted(set(a) | set(b)):
-        if _resumable(key) or a.get(key) == b.get(key):
-            continue
-        diffs.append(f"{key}: {a.get(key, '<absent>')!r} -> {b.get(key, '<absent>')!r}")
-    return diffs
+def recipe_problems(ckpt: RunPath, config_hash: str, cfg: Config) -> list[str]:
+    """How the checkpoint's recipe differs from `cfg`'s: nothing when the hashes agree, else
+    key by key against its config.yaml (a hash of an older version, which also covered other
+    families' options, may differ where no recipe key does)."""
+    if config_hash == recipe_hash(cfg):
+        return []
+    old = yaml.safe_load((ckpt / CONFIG).read_text())
+    return recipe_differences(old, to_dict(cfg))
 
 
 def check_resume(cfg: Config, run_dir: RunPath, dataset_fingerprint: str) -> RunPath | None:
@@ -177,9 +161,7 @@ def check_resume(cfg: Config, run_dir: RunPath, dataset_fingerprint: str) -> Run
             f"train.steps is {cfg.train.steps} but the checkpoint is at step {state.step} "
             f"(set --train.steps={state.step} or more)"
         )
-    if state.config_hash != recipe_hash(cfg):
-        old = yaml.safe_load((ckpt / CONFIG).read_text())
-        problems += recipe_differences(old, to_dict(cfg)) or ["recipe hash differs"]
+    problems += recipe_problems(ckpt, state.config_hash, cfg)
     if state.dataset_fingerprint != dataset_fingerprint:
         problems.append(
             f"dataset fingerprint: {state.dataset_fingerprint!r} -> {dataset_fingerprint!r}"

@@ -32,7 +32,8 @@ from raytrain_vla.common.run_storage import (
 from raytrain_vla.config import Config, check_batch_layout, recipe_hash, to_dict, to_yaml
 from raytrain_vla.data.embodiment import EmbodimentActions
 from raytrain_vla.data.mixture import MixtureView, open_view
-from raytrain_vla.models.registry import family_options, get_family
+from raytrain_vla.models.checks import check_roles
+from raytrain_vla.models.registry import get_family
 from raytrain_vla.policy.format import PolicyMeta, write_policy
 from raytrain_vla.sim.closed_loop import evaluate, is_demo_dataset, render_size, run_episodes
 from raytrain_vla.train import faults
@@ -48,13 +49,13 @@ from raytrain_vla.train.noise import flow_noise_and_time
 from raytrain_vla.train.optim import (
     build_optimizer,
     build_scheduler,
-    check_roles,
     freeze_for_config,
     resolve_groups,
 )
 from raytrain_vla.train.resume import (
     CheckpointDamaged,
     prune_untracked_checkpoints,
+    recipe_problems,
     resume_candidates,
 )
 from raytrain_vla.train.step import StepRunner
@@ -104,7 +105,7 @@ class Trainer:
         torch.manual_seed(cfg.train.seed)  # the same global RNG stream on every rank
         self.family = get_family(cfg.model.type)
         self.model_config = self.family.resolve_config(
-            family_options(cfg.model), self.view.spec, cfg.model.init_from, cfg.model.lora
+            cfg.model.options, self.view.spec, cfg.model.init_from, cfg.model.lora
         )
         self.processor = self.family.processor(self.model_config, self.view.normalizer)
         self.policy_meta = PolicyMeta(
@@ -183,14 +184,15 @@ class Trainer:
                 chosen, self.model, self.optimizer, self.scheduler, self.rank, self.world,
                 self.frozen,
             )  # fmt: skip
+        recipe = recipe_problems(chosen, state.config_hash, self.cfg)
         if (
-            state.config_hash != self.config_hash
+            recipe
             or state.dataset_fingerprint != self.view.fingerprint
             or state.sample_plan != self.view.plan.version
         ):
             raise ValueError(
                 f"checkpoint of run '{state.run_name}' was made with a different recipe or dataset "
-                f"(config hash {state.config_hash} vs {self.config_hash}, dataset "
+                f"(recipe {recipe or 'unchanged'}, dataset "
                 f"{state.dataset_fingerprint} vs {self.view.fingerprint}, sample plan "
                 f"{state.sample_plan} vs {self.view.plan.version}); use a new ray.run_name"
             )

@@ -1,13 +1,14 @@
-"""Sweep space files: parse, validate against the config schema, and apply sampled values.
+"""Sweep spaces: a decoded space file checked against the config schema, and its sampled
+values applied to the base config.
 
 Pure Python (no Ray): a bad space file is refused, with the file and key named, before any
-trial starts. The format is documented in `tune_spaces/README.md`.
+trial starts. The file's own format and rules are `space_file.py`'s; the format is documented
+in `tune_spaces/README.md`.
 """
 
 from __future__ import annotations
 
 import copy
-import difflib
 import itertools
 import math
 from collections.abc import Iterator
@@ -15,43 +16,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from raytrain_vla.config import Config, ConfigError, from_tree, to_dict
-from raytrain_vla.config.loader import RESUMABLE_KEYS, read_yaml_mapping, valid_keys
+import draccus
 
-# Domain name -> number of arguments (None: a non-empty list of values).
-DOMAINS: dict[str, int | None] = {
-    "loguniform": 2,
-    "uniform": 2,
-    "quniform": 3,
-    "randint": 2,
-    "choice": None,
-    "grid": None,
-}
-SCHEDULERS = ("asha", "median", "none")
-ALGORITHMS = ("random", "optuna")
-METRICS = ("val_action_mse", "val_action_l1", "val_loss", "val_mse_ratio")
-TOP_LEVEL = (
-    "metric",
-    "mode",
-    "num_samples",
-    "max_concurrent_trials",
-    "resources",
-    "fixed",
-    "scheduler",
-    "search",
-    "params",
-)
+from raytrain_vla.config import Config, ConfigError, from_tree, keys, to_dict
+from raytrain_vla.config.keys import GROUP_PREFIX, get_dotted, nearest_key
+from raytrain_vla.config.recipe import RESUMABLE_KEYS
+
+# SchedulerSpec and SpaceError are this module's too (the sweep and the CLI import them here).
+from raytrain_vla.tuning.space_file import DomainSpec, SchedulerSpec, SpaceError, read_space_file
+
 # Recipe keys that define what the metric measures: tuning them would compare different things.
 NOT_TUNABLE = ("data.val_fraction", "data.val_episodes", "data.demo_episodes", "data.demo_seed")
-GROUP_PREFIX = "optimizer.groups."
 # How many sampled values and combinations a space is checked with before any trial starts.
 MAX_VALUES_PER_PARAM = 64
 MAX_COMBINATIONS = 256
 PAIR_VALUES = 4
-
-
-class SpaceError(ConfigError):
-    """A space file that cannot be swept; the message names the file and key."""
 
 
 @dataclass(frozen=True)
@@ -61,16 +40,6 @@ class Param:
     args: tuple
     # Active only when every named key has one of the listed values (others keep the default).
     when: dict[str, tuple] = field(default_factory=dict)
-
-
-@dataclass
-class SchedulerSpec:
-    type: str = "asha"
-    # Steps a trial always runs before it can be stopped; 0 means one validation interval.
-    grace_period: int = 0
-    reduction_factor: float = 2.0
-    # Median stopping: trials that must report before the median is trusted.
-    min_samples_required: int = 3
 
 
 @dataclass
@@ -94,57 +63,19 @@ class Space:
 
 
 def set_dotted(tree: dict, key: str, value: Any, source: str) -> None:
-    """Set `a.b.c` in a config tree; `optimizer.groups.NAME.FIELD` addresses a group by name."""
-    if key.startswith(GROUP_PREFIX):
-        parts = key[len(GROUP_PREFIX) :].split(".")
-        groups = tree["optimizer"]["groups"]
-        names = [g["name"] for g in groups]
-        if len(parts) != 2 or parts[0] not in names:
-            raise SpaceError(
-                f"{source}: unknown key '{key}': LR groups are addressed as "
-                f"'optimizer.groups.NAME.FIELD' with NAME one of {names}"
-            )
-        group = groups[names.index(parts[0])]
-        if parts[1] not in group or parts[1] in ("name", "patterns"):
-            raise SpaceError(f"{source}: '{key}': a group's tunable fields are lr, weight_decay")
-        group[parts[1]] = _like(group[parts[1]], value)
-        return
-    if key not in valid_keys():
-        raise SpaceError(f"{source}: unknown config key '{key}'{_nearest_key(key)}")
-    node = tree
-    parts = key.split(".")
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-    node[parts[-1]] = _like(node.get(parts[-1]), value)
-
-
-def _like(current: Any, value: Any) -> Any:
-    """Tune's quniform yields floats; a whole float for an int field becomes an int."""
-    if isinstance(current, int) and not isinstance(current, bool):
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-    return value
-
-
-def _nearest_key(key: str) -> str:
-    match = difflib.get_close_matches(key, valid_keys(), n=1, cutoff=0.0)
-    return f" (did you mean '{match[0]}'?)" if match else ""
-
-
-def get_dotted(tree: dict, key: str) -> Any:
-    if key.startswith(GROUP_PREFIX):
-        name, field_name = key[len(GROUP_PREFIX) :].split(".")
-        return next(g[field_name] for g in tree["optimizer"]["groups"] if g["name"] == name)
-    node = tree
-    for part in key.split("."):
-        node = node[part]
-    return node
+    """`config.keys.set_dotted`, its errors as SpaceError (the space file is what is wrong)."""
+    try:
+        keys.set_dotted(tree, key, value, source)
+    except SpaceError:
+        raise
+    except ConfigError as err:
+        raise SpaceError(str(err)) from err
 
 
 def _has_key(tree: dict, key: str) -> bool:
     try:
         get_dotted(tree, key)
-    except (KeyError, StopIteration, ValueError, TypeError):
+    except (KeyError, AttributeError, StopIteration, ValueError, TypeError):
         return False
     return True
 
@@ -157,67 +88,10 @@ def is_tunable(key: str) -> bool:
     return not any(key == k or key.startswith(k + ".") for k in blocked)
 
 
-def _require(cond: bool, source: str, key: str, expected: str, got: Any) -> None:
-    if not cond:
-        raise SpaceError(f"{source}: bad value for '{key}': {got!r}, expected {expected}")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return _is_int(value) or (isinstance(value, float) and math.isfinite(value))
-
-
-def _positive_int(raw: dict, key: str, source: str) -> int:
-    value = raw.get(key, 1)
-    _require(_is_int(value) and value > 0, source, key, "a positive integer", value)
-    return value
-
-
-def _parse_param(source: str, key: str, spec: Any) -> Param:
-    where = f"params.{key}"
-    _require(isinstance(spec, dict), source, where, "a mapping like {loguniform: [lo, hi]}", spec)
-    when = spec.get("when", {})
-    domains = [k for k in spec if k != "when"]
-    _require(
-        len(domains) == 1 and domains[0] in DOMAINS,
-        source,
-        where,
-        f"exactly one domain of {list(DOMAINS)} (plus an optional 'when')",
-        spec,
-    )
-    domain = domains[0]
-    args = spec[domain]
-    count = DOMAINS[domain]
-    _require(
-        isinstance(args, list) and (len(args) == count if count else len(args) > 0),
-        source,
-        f"{where}.{domain}",
-        f"a list of {count} numbers" if count else "a non-empty list of values",
-        args,
-    )
-    if count:
-        numeric = all(_is_number(a) for a in args)
-        _require(
-            numeric and args[0] < args[1],
-            source,
-            f"{where}.{domain}",
-            "[lo, hi] with lo < hi",
-            args,
-        )
-        if domain == "loguniform":
-            _require(args[0] > 0, source, f"{where}.{domain}", "0 < lo < hi", args)
-        if domain == "randint":
-            _require(
-                all(isinstance(a, int) for a in args), source, f"{where}.{domain}", "integers", args
-            )
-        if domain == "quniform":
-            _require(args[2] > 0, source, f"{where}.{domain}", "a positive step q", args)
-    _require(isinstance(when, dict), source, f"{where}.when", "a mapping of key: value(s)", when)
-    conditions = {k: tuple(v) if isinstance(v, list) else (v,) for k, v in when.items()}
-    return Param(key, domain, tuple(args), conditions)
+def _param(key: str, spec: DomainSpec) -> Param:
+    ((domain, args),) = spec.given().items()
+    when = {k: tuple(v) if isinstance(v, list) else (v,) for k, v in spec.when.items()}
+    return Param(key, domain, tuple(args), when)
 
 
 def _thin(values: list, limit: int) -> list:
@@ -297,94 +171,9 @@ def load_space(path: str | Path, base: Config, command_line: dict[str, Any] | No
     command_line = command_line or {}
     path = Path(path)
     source = str(path)
-    raw = read_yaml_mapping(path, "space file", "a mapping", SpaceError)
-    for key in raw:
-        if key not in TOP_LEVEL:
-            raise SpaceError(f"{source}: unknown key '{key}', expected one of {list(TOP_LEVEL)}")
-    metric = raw.get("metric", "val_action_mse")
-    _require(metric in METRICS, source, "metric", f"one of {list(METRICS)}", metric)
-    mode = raw.get("mode", "min")
-    _require(mode in ("min", "max"), source, "mode", "min or max", mode)
-    num_samples = _positive_int(raw, "num_samples", source)
-    concurrent = _positive_int(raw, "max_concurrent_trials", source)
-
-    sched_raw = raw.get("scheduler", {"type": "none"})
-    _require(isinstance(sched_raw, dict), source, "scheduler", "a mapping", sched_raw)
-    fields = SchedulerSpec.__dataclass_fields__
-    for key in sched_raw:
-        if key not in fields:
-            raise SpaceError(
-                f"{source}: unknown key 'scheduler.{key}', expected one of {list(fields)}"
-            )
-    scheduler = SchedulerSpec(**sched_raw)
-    _require(
-        scheduler.type in SCHEDULERS,
-        source,
-        "scheduler.type",
-        f"one of {list(SCHEDULERS)}",
-        scheduler.type,
-    )
-    _require(
-        _is_int(scheduler.grace_period) and scheduler.grace_period >= 0,
-        source,
-        "scheduler.grace_period",
-        "an integer number of steps >= 0",
-        scheduler.grace_period,
-    )
-    _require(
-        _is_number(scheduler.reduction_factor) and scheduler.reduction_factor > 1,
-        source,
-        "scheduler.reduction_factor",
-        "a number > 1",
-        scheduler.reduction_factor,
-    )
-    _require(
-        _is_int(scheduler.min_samples_required) and scheduler.min_samples_required > 0,
-        source,
-        "scheduler.min_samples_required",
-        "a positive integer",
-        scheduler.min_samples_required,
-    )
-
-    search = raw.get("search", {})
-    _require(
-        isinstance(search, dict) and set(search) <= {"algorithm", "seed"},
-        source,
-        "search",
-        "a mapping with 'algorithm' and 'seed'",
-        search,
-    )
-    algorithm = search.get("algorithm", "random")
-    _require(
-        algorithm in ALGORITHMS, source, "search.algorithm", f"one of {list(ALGORITHMS)}", algorithm
-    )
-    seed = search.get("seed")
-    _require(seed is None or _is_int(seed), source, "search.seed", "an integer", seed)
-
-    params_raw = raw.get("params", {})
-    _require(
-        isinstance(params_raw, dict) and params_raw,
-        source,
-        "params",
-        "a non-empty mapping of dotted config keys to domains",
-        params_raw,
-    )
-    params = [_parse_param(source, key, spec) for key, spec in params_raw.items()]
-
-    fixed = raw.get("fixed", {}) or {}
-    _require(
-        isinstance(fixed, dict), source, "fixed", "a mapping of dotted config keys to values", fixed
-    )
-    resources = raw.get("resources", {}) or {}
-    allowed = {"num_workers", "resources_per_worker", "use_gpu"}
-    _require(
-        isinstance(resources, dict) and set(resources) <= allowed,
-        source,
-        "resources",
-        f"a mapping with keys from {sorted(allowed)}",
-        resources,
-    )
-
+    spec = read_space_file(path)
+    params = [_param(key, domain) for key, domain in spec.params.items()]
+    resources = {k: v for k, v in draccus.encode(spec.resources).items() if v is not None}
     for param in params:
         hits = [c for c in command_line if _overlaps(param.key, c)]
         if hits:
@@ -392,24 +181,22 @@ def load_space(path: str | Path, base: Config, command_line: dict[str, Any] | No
                 f"{source}: 'params.{param.key}' is searched by the space, but the command line "
                 f"sets --{hits[0]}; remove one of the two"
             )
-    fixed, fixed_notes = _yield_to_command_line(f"{source} (fixed)", fixed, "", command_line)
+    fixed, fixed_notes = _yield_to_command_line(f"{source} (fixed)", spec.fixed, "", command_line)
     resources, resource_notes = _yield_to_command_line(
         f"{source} (resources)", resources, "ray.", command_line
     )
     space = Space(
-        path, metric, mode, num_samples, concurrent, params, scheduler,
-        algorithm, search.get("seed"), fixed, resources, tuple(fixed_notes + resource_notes),
+        path, spec.metric, spec.mode, spec.num_samples, spec.max_concurrent_trials, params,
+        spec.scheduler, spec.search.algorithm, spec.search.seed, fixed, resources,
+        tuple(fixed_notes + resource_notes),
     )  # fmt: skip
-    if algorithm == "optuna" and space.has_grid():
-        key = next(p.key for p in params if p.domain == "grid")
-        raise SpaceError(f"{source}: 'params.{key}': grid domains need search.algorithm: random")
     _check_against_schema(space, base)
     return space
 
 
 def _check_against_schema(space: Space, base: Config) -> None:
     """Every key must be tunable and every value the domain can produce must fit the schema."""
-    from raytrain_vla.train.optim import check_model_options  # torch: only when a space loads
+    from raytrain_vla.models.checks import check_model_options  # torch: only when a space loads
 
     source = str(space.path)
     tree = base_tree(space, base)
@@ -424,7 +211,7 @@ def _check_against_schema(space: Space, base: Config) -> None:
             if cond not in keys and not _has_key(tree, cond):
                 raise SpaceError(
                     f"{source}: 'params.{param.key}.when' names unknown config key '{cond}'"
-                    f"{_nearest_key(cond)}"
+                    f"{nearest_key(cond)}"
                 )
     for sampled in _combinations(space):
         applied = active_params(space, sampled, tree)
@@ -433,7 +220,8 @@ def _check_against_schema(space: Space, base: Config) -> None:
             set_dotted(trial, key, value, f"{source}: params")
         where = ", ".join(f"{k}={v!r}" for k, v in sampled.items())
         try:
-            check_model_options(from_tree(trial, f"{source}: params {where}"))
+            trial_cfg = from_tree(trial, f"{source}: params {where}")
+            check_model_options(trial_cfg.model, trial_cfg.optimizer)
         except ConfigError as err:
             raise SpaceError(
                 f"{source}: the space can sample {where}, which is not a valid config: {err}"

@@ -16,7 +16,8 @@ from raytrain_vla.data import pipeline
 from raytrain_vla.data.formats.lerobot import LeRobotMeta
 from raytrain_vla.data.formats.lerobot_source import LeRobotSource
 from raytrain_vla.data.pipeline import _segment_batches, iter_rank_batches
-from raytrain_vla.data.plan import SamplePlan, rank_read_tasks
+from raytrain_vla.data.plan import SamplePlan
+from raytrain_vla.data.read_tasks import rank_read_tasks
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 

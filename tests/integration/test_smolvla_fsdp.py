@@ -18,13 +18,9 @@ from _paths import fixtures_root  # noqa: E402
 
 from raytrain_vla.common.normalize import Normalizer  # noqa: E402
 from raytrain_vla.common.spec import DataSpec  # noqa: E402
-from raytrain_vla.config.schema import (  # noqa: E402
-    OptimizerConfig,
-    SchedulerConfig,
-    SmolVLAOptions,
-    TrainConfig,
-)
+from raytrain_vla.config.schema import OptimizerConfig, SchedulerConfig, TrainConfig  # noqa: E402
 from raytrain_vla.models.registry import get_family  # noqa: E402
+from raytrain_vla.models.smolvla.options import SmolVLAOptions  # noqa: E402
 from raytrain_vla.train.fsdp import apply_fsdp  # noqa: E402
 from raytrain_vla.train.init_source import build_init_source  # noqa: E402
 from raytrain_vla.train.materialize import materialize_from_rank0, meta_model  # noqa: E402

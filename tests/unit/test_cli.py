@@ -14,7 +14,8 @@ from raytrain_vla import run as run_cli
 from raytrain_vla import tune as tune_cli
 from raytrain_vla.config import load_config
 from raytrain_vla.config.help import key_help
-from raytrain_vla.config.loader import command_line_keys, valid_keys
+from raytrain_vla.config.keys import valid_keys
+from raytrain_vla.config.parse import command_line_keys
 from raytrain_vla.tuning.space import SpaceError, load_space
 
 

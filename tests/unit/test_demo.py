@@ -11,7 +11,8 @@ from _paths import fixtures_root
 
 from raytrain_vla.data.__main__ import main
 from raytrain_vla.data.demo import write_demo_dataset
-from raytrain_vla.data.formats.lerobot import LeRobotMeta, column_to_numpy, read_frames_table
+from raytrain_vla.data.formats.arrow_numpy import to_numpy
+from raytrain_vla.data.formats.lerobot import LeRobotMeta, read_frames_table
 from raytrain_vla.data.formats.video import decode_frames
 from raytrain_vla.sim import simulator as sim
 
@@ -72,16 +73,16 @@ def test_metadata_and_frames_match_simulator(demo, episodes):
     ]
     table = read_frames_table(meta, ["observation.state", "action", "timestamp", "task_index"])
     np.testing.assert_array_equal(
-        column_to_numpy(table, "action"), np.concatenate([e.actions for e in episodes])
+        to_numpy(table["action"]), np.concatenate([e.actions for e in episodes])
     )
     np.testing.assert_array_equal(
-        column_to_numpy(table, "observation.state"), np.concatenate([e.states for e in episodes])
+        to_numpy(table["observation.state"]), np.concatenate([e.states for e in episodes])
     )
-    tasks = column_to_numpy(table, "task_index")
+    tasks = to_numpy(table["task_index"])
     starts = meta.episode_from_index
     assert [meta.tasks[tasks[s]] for s in starts] == [e.scene.instruction for e in episodes]
     stats_mean = meta.stats["action"]["mean"]
-    np.testing.assert_allclose(stats_mean, column_to_numpy(table, "action").mean(0), atol=1e-6)
+    np.testing.assert_allclose(stats_mean, to_numpy(table["action"]).mean(0), atol=1e-6)
 
 
 def test_decoded_video_matches_rendered_frames(demo, episodes):

@@ -11,12 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 from _paths import fixtures_root
 
-from raytrain_vla.data.formats.lerobot import (
-    DatasetError,
-    LeRobotMeta,
-    column_to_numpy,
-    read_frames_table,
-)
+from raytrain_vla.data.formats.arrow_numpy import to_numpy
+from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta, read_frames_table
 
 EPISODES_FILE = "meta/episodes/chunk-000/file-000.parquet"
 TASKS = ["push the T to the green target", "push the T to the left", "push the T to the right"]
@@ -61,14 +57,14 @@ def test_frames_table_matches_lerobot_items(name):
     cols = ["observation.state", "action", "timestamp", "episode_index", "task_index"]
     table = read_frames_table(meta, cols + meta.image_keys)
     assert table.num_rows == 120
-    np.testing.assert_array_equal(column_to_numpy(table, "index"), np.arange(120))
-    action, state = column_to_numpy(table, "action"), column_to_numpy(table, "observation.state")
+    np.testing.assert_array_equal(to_numpy(table["index"]), np.arange(120))
+    action, state = to_numpy(table["action"]), to_numpy(table["observation.state"])
     assert action.shape == (120, 2) and action.dtype == np.float32
     ref = np.load(root / f"{name}_reference.npz")
     for i in (0, 41, 119):
         np.testing.assert_array_equal(state[i], ref[f"idx{i}/observation.state"][1])
         np.testing.assert_array_equal(action[i], ref[f"idx{i}/action"][0])
-        assert column_to_numpy(table, "task_index")[i] == ref[f"idx{i}/task_index"]
+        assert to_numpy(table["task_index"])[i] == ref[f"idx{i}/task_index"]
 
 
 def test_corrupt_info_json_names_file(pusht_copy):
@@ -135,7 +131,7 @@ def test_gap_in_index_column_names_file(pusht_copy):
 def test_nan_in_actions_is_refused(pusht_copy):
     path = pusht_copy / "data/chunk-000/file-000.parquet"
     table = pq.read_table(path)
-    action = column_to_numpy(table, "action").copy()
+    action = to_numpy(table["action"]).copy()
     action[7, 1] = np.nan
     col = pa.FixedSizeListArray.from_arrays(pa.array(action.reshape(-1)), 2)
     table = table.set_column(table.schema.get_field_index("action"), "action", col)

@@ -215,10 +215,10 @@ def test_cameras_of_different_sizes_need_data_image_size(tmp_path, mixture_cfg):
 
 # -- the models honour the masks ---------------------------------------------------------------
 def _model_and_batch(view, mixture_cfg):
-    from raytrain_vla.models.registry import family_options, get_family
+    from raytrain_vla.models.registry import get_family
 
     family = get_family("flow_vla")
-    config = family.resolve_config(family_options(mixture_cfg.model), view.spec, "", None)
+    config = family.resolve_config(mixture_cfg.model.options, view.spec, "", None)
     torch.manual_seed(0)
     model = family.build(config)
     processor = family.processor(config, view.normalizer)

@@ -89,7 +89,8 @@ def test_a_uri_data_root_and_a_uri_storage_path_are_kept_as_typed():
 def test_shards_convert_into_s3_from_s3_and_read_as_the_dataset(copies, tmp_path):
     """Shards written from the bucket's copy into the bucket equal shards written on disk, and
     train reads from them give the LeRobot source's columns; the prefix then is refused."""
-    from raytrain_vla.data.formats.shards import MANIFEST, ShardSource, convert_to_shards
+    from raytrain_vla.data.formats.shards import ShardSource, convert_to_shards
+    from raytrain_vla.data.formats.shards.manifest import MANIFEST
 
     local, uri = copies["pusht_like"]
     out = uri.replace("pusht_like", f"shards-{tmp_path.name}")
@@ -112,24 +113,24 @@ def test_shards_convert_into_s3_from_s3_and_read_as_the_dataset(copies, tmp_path
 def test_a_failed_conversion_into_s3_leaves_nothing_behind(copies, tmp_path, monkeypatch):
     """Two shards are uploaded, the third fails: the prefix is emptied, so a second try is not
     refused and no reader sees shards without their manifest."""
-    from raytrain_vla.data.formats import shards
+    from raytrain_vla.data.formats.shards import convert
 
     local, uri = copies["pusht_like"]
     out = uri.replace("pusht_like", f"failed-{tmp_path.name}")
-    real = shards.write_shard
+    real = convert.write_shard
 
     def failing(path, *args, **kwargs):
         if path.name == "shard-00002.parquet":
             raise OSError("disk full")
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(shards, "write_shard", failing)
+    monkeypatch.setattr(convert, "write_shard", failing)
     kwargs = {"chunk_size": 10, "samples_per_shard": 50, "use_ray": False}
     with pytest.raises(OSError, match="disk full"):
-        shards.convert_to_shards(local, out, **kwargs)
+        convert.convert_to_shards(local, out, **kwargs)
     assert not as_path(out).exists()
-    monkeypatch.setattr(shards, "write_shard", real)
-    assert len(shards.convert_to_shards(local, out, **kwargs)["shards"]) == 3  # 120 frames
+    monkeypatch.setattr(convert, "write_shard", real)
+    assert len(convert.convert_to_shards(local, out, **kwargs)["shards"]) == 3  # 120 frames
 
 
 def test_the_node_cache_downloads_a_video_once_and_stays_within_its_size(copies, tmp_path):

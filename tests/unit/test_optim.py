@@ -4,12 +4,12 @@ import pytest
 import torch
 
 from raytrain_vla.config.schema import LRGroupConfig, OptimizerConfig, SchedulerConfig
+from raytrain_vla.models.checks import check_roles
 from raytrain_vla.models.flow_vla.config import FlowVLAConfig
 from raytrain_vla.models.flow_vla.model import FlowVLA
 from raytrain_vla.train.optim import (
     build_optimizer,
     build_scheduler,
-    check_roles,
     freeze_for_config,
     lr_factor,
     resolve_groups,

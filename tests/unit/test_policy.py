@@ -92,9 +92,14 @@ def test_predicts_in_original_units_from_any_image_layout(policy_dir):
     a = p.predict_action({"observation.image": hwc, **obs})
     assert a.shape == (8, 2) and np.isfinite(a).all()
     again = policy.load(policy_dir, seed=3).predict_action(
+        {"observation.image": hwc.transpose(2, 0, 1), **obs}
+    )
+    np.testing.assert_array_equal(again, a)
+    # The same pixels as [0, 1] floats: resized in float rather than in uint8 (which rounds).
+    floats = policy.load(policy_dir, seed=3).predict_action(
         {"observation.image": hwc.transpose(2, 0, 1) / 255.0, **obs}
     )
-    np.testing.assert_allclose(again, a, atol=1e-5)
+    np.testing.assert_allclose(floats, a, atol=1e-4)
 
 
 @pytest.mark.parametrize(
@@ -307,3 +312,117 @@ def test_save_pretrained_and_from_pretrained_round_trip(policy_dir, tmp_path):
     with pytest.raises(FileExistsError, match="not a policy directory"):
         p.save_pretrained(other)
     assert (other / "mine.txt").read_text() == "keep"
+
+
+def _model_inputs(p: policy.Policy, monkeypatch) -> list[dict]:
+    """Every batch `p.model.sample_actions` receives, so a test sees what the model sees."""
+    seen: list[dict] = []
+    sample = p.model.sample_actions
+
+    def spy(batch, noise, *args, **kwargs):
+        seen.append(batch)
+        return sample(batch, noise, *args, **kwargs)
+
+    monkeypatch.setattr(p.model, "sample_actions", spy)
+    return seen
+
+
+def _frames_and_state(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(2, 3, 24, 20) frames (resized to the policy's 16x16), a state and noise."""
+    g = torch.Generator().manual_seed(11)
+    frames = torch.rand((2, 3, 24, 20), generator=g)
+    if dtype == torch.uint8:
+        frames = (frames * 255).round().to(torch.uint8)
+    else:  # a simulator's render: values between the 1/255 steps of a uint8 camera
+        assert not torch.equal(frames, (frames * 255).round() / 255)
+    return frames, torch.rand((2, 2), generator=g), torch.randn((2, 8, 2), generator=g)
+
+
+def test_float_frames_reach_the_model_as_given_not_rounded_to_uint8(policy_dir, monkeypatch):
+    frames, state, noise = _frames_and_state(torch.float32)
+    tasks = ["reach the red disc", "reach the blue disc"]
+    p = policy.load(policy_dir)
+    # The model fed those exact floats: the training path's state and tokens, the frames
+    # resized in float (bilinear, antialiased, as `resize_images` resizes uint8).
+    cols = {"image/observation.image": np.zeros((2, 3, 16, 16), np.uint8), "state": state.numpy()}
+    direct = p.processor.collate(p.processor.encode({**cols, "task": np.array(tasks)}), "cpu")
+    direct["images"]["observation.image"] = torch.nn.functional.interpolate(
+        frames, size=(16, 16), mode="bilinear", antialias=True, align_corners=False
+    )
+    expected = p.processor.decode_actions(p.model.sample_actions(direct, noise))
+    seen = _model_inputs(p, monkeypatch)
+    got = p.predict_action_chunk(
+        {"observation.image": frames, "observation.state": state, "task": tasks}, noise=noise
+    )
+    assert torch.equal(
+        seen[0]["images"]["observation.image"], direct["images"]["observation.image"]
+    )
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    # Unbatched HWC floats (numpy) take the same path.
+    one = {"observation.image": frames[0].permute(1, 2, 0).numpy(), "state": state[0].numpy()}
+    chunk = p.predict_action_chunk({**one, "task": tasks[0]}, noise=noise[:1])
+    np.testing.assert_allclose(chunk, got[0].numpy(), atol=1e-6)  # batch of 1 vs 2
+
+
+def test_uint8_frames_take_the_training_path_bit_for_bit(policy_dir, monkeypatch):
+    frames, state, noise = _frames_and_state(torch.uint8)
+    tasks = ["reach the red disc", "reach the blue disc"]
+    p = policy.load(policy_dir)
+    # What read tasks and the trainer hand the model: uint8 resized, then scaled by 1/255.
+    cols = {"image/observation.image": frames.numpy(), "state": state.numpy()}
+    training = p.processor.collate(p.processor.encode({**cols, "task": np.array(tasks)}), "cpu")
+    expected = p.processor.decode_actions(p.model.sample_actions(training, noise))
+    seen = _model_inputs(p, monkeypatch)
+    hwc = frames.permute(0, 2, 3, 1)  # a camera's layout
+    got = p.predict_action_chunk(
+        {"observation.image": hwc, "observation.state": state, "task": tasks}, noise=noise
+    )
+    image = seen[0]["images"]["observation.image"]
+    assert torch.equal(image, training["images"]["observation.image"])
+    assert torch.equal(image * 255, (image * 255).round())  # still 1/255 steps
+    assert torch.equal(got, expected)
+
+
+def test_images_of_another_integer_type_are_refused_naming_the_camera(policy_dir):
+    obs = {"observation.image": np.full((16, 16, 3), 60), "state": [0.4, 0.6], "task": "x"}
+    with pytest.raises(ValueError, match="camera 'observation.image': expected uint8 .*int64"):
+        policy.load(policy_dir).predict_action(obs)
+
+
+def test_smolvla_float_frames_give_lerobots_actions_for_those_exact_floats(monkeypatch):
+    """LeRobot's SmolVLA resizes the float frames it is given (`resize_with_pad`, bilinear, pad
+    left/top, then [-1, 1]); the fixture's inputs are uint8/255, so the float frames here are
+    prepared by LeRobot's recipe, first checked against the fixture's `model_in.*`."""
+    import torch.nn.functional as F
+    from _paths import fixtures_root
+
+    fixture = fixtures_root() / "lerobot_smolvla_tiny"
+    ref = np.load(fixture / "reference.npz")
+    cameras = ["observation.images.front", "observation.images.wrist"]
+
+    def lerobot_prepare(x: torch.Tensor) -> torch.Tensor:  # 48x64 -> 24x32, 8 rows on top
+        resized = F.interpolate(x, size=(24, 32), mode="bilinear", align_corners=False)
+        return F.pad(resized, (0, 0, 8, 0), value=0.0) * 2.0 - 1.0
+
+    raw = {c: torch.from_numpy(ref[f"raw.{c}"]) for c in cameras}
+    for c in cameras:
+        torch.testing.assert_close(lerobot_prepare(raw[c]), torch.from_numpy(ref[f"model_in.{c}"]))
+    frames = {c: raw[c] * 0.97 + 0.0123 for c in cameras}  # a user's own colour correction
+    assert not torch.equal(frames[cameras[0]] * 255, (frames[cameras[0]] * 255).round())
+    state, noise = ref["raw.observation.state"], torch.from_numpy(ref["sample.noise"])
+    tasks = ["pick up the red cube", "open the drawer"]
+    p = policy.load(fixture / "pretrained_model")
+    cols = {f"image/{c}": ref[f"raw.{c}"] for c in cameras}
+    direct = p.processor.collate(
+        p.processor.encode({**cols, "state": state, "task": np.array(tasks)}), "cpu"
+    )
+    direct["images"] = {cam: lerobot_prepare(frames[s]) for cam, s in p.processor.sources.items()}
+    expected = p.processor.decode_actions(p.model.sample_actions(direct, noise))
+    seen = _model_inputs(p, monkeypatch)
+    got = p.predict_action_chunk(
+        {**frames, "observation.state": torch.from_numpy(state), "task": tasks}, noise=noise
+    )
+    assert set(seen[0]["images"]) == set(direct["images"])
+    for cam, image in direct["images"].items():
+        torch.testing.assert_close(seen[0]["images"][cam], image, rtol=0, atol=1e-7)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)

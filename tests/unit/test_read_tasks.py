@@ -10,7 +10,8 @@ from _paths import fixtures_root
 from raytrain_vla.data.formats.lerobot import LeRobotMeta
 from raytrain_vla.data.formats.lerobot_source import LeRobotSource
 from raytrain_vla.data.formats.row_groups import cache_stats, read_rows
-from raytrain_vla.data.plan import SamplePlan, cut_tasks, rank_read_tasks, read_tasks
+from raytrain_vla.data.plan import SamplePlan
+from raytrain_vla.data.read_tasks import cut_tasks, rank_read_tasks, read_tasks
 from raytrain_vla.data.synthetic_index import synthetic_meta
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from raytrain_vla.config import parse_cli
-from raytrain_vla.config.loader import command_line_keys
+from raytrain_vla.config.parse import command_line_keys
 from raytrain_vla.tuning.space import load_space
 
 README = Path(__file__).resolve().parents[2] / "README.md"

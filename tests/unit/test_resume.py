@@ -5,6 +5,7 @@ import json
 import pytest
 
 from raytrain_vla.config import load_config, recipe_hash, to_dict
+from raytrain_vla.config.recipe import recipe_differences
 from raytrain_vla.data.plan import PLAN_VERSION
 from raytrain_vla.train.resume import (
     SNAPSHOT,
@@ -13,7 +14,6 @@ from raytrain_vla.train.resume import (
     fresh_run_name,
     latest_checkpoint,
     prune_untracked_checkpoints,
-    recipe_differences,
 )
 from raytrain_vla.train.train_state import TRAIN_STATE, TrainState
 

@@ -20,8 +20,8 @@ from safetensors.torch import load_file
 
 from raytrain_vla import policy
 from raytrain_vla.common.spec import DataSpec
-from raytrain_vla.config.schema import SmolVLAOptions
 from raytrain_vla.models.registry import get_family
+from raytrain_vla.models.smolvla.options import SmolVLAOptions
 
 FIXTURE = fixtures_root() / "lerobot_smolvla_tiny"
 PRETRAINED = FIXTURE / "pretrained_model"

@@ -74,7 +74,7 @@ BAD = [
     (
         "unknown domain",
         "params:\n  optimizer.lr: {normal: [0.1, 0.2]}\n",
-        "'params.optimizer.lr'",
+        "unknown key 'params.optimizer.lr.normal' (did you mean 'params.optimizer.lr.uniform'?)",
     ),
     (
         "bounds reversed",
@@ -203,15 +203,83 @@ RANGE_BAD = [
 ]
 
 
-@pytest.mark.parametrize(
-    "text,needle", [b[1:] for b in BAD + RANGE_BAD], ids=[b[0] for b in BAD + RANGE_BAD]
-)
+# The file's own schema: every section typed, unknown keys with the nearest one of their section,
+# YAML values taken as written (no '2' for a number), and the rules a type cannot express. A line
+# is `what the file says -> what its one-line error says`; a file without params searches LR.
+LR = "params:\n  optimizer.lr: {uniform: [0.1, 0.2]}\n"
+SCHEMA_BAD_LINES = """
+search: {algo: optuna} -> 'search.algo' (did you mean 'search.algorithm'?)
+resources: {num_worker: 2} -> 'resources.num_worker' (did you mean 'resources.num_workers'?)
+search: {algorithm: bayes} -> 'search.algorithm': 'bayes', expected one of ('random', 'optuna')
+mode: best -> 'mode': 'best', expected one of ('min', 'max')
+scheduler: asha -> 'scheduler': 'asha', expected a mapping
+fixed: [train.steps] -> 'fixed': ['train.steps'], expected a mapping
+params: {optimizer.lr: [0.1, 0.2]} -> 'params.optimizer.lr': [0.1, 0.2], expected a mapping
+params: {optimizer.lr: {uniform: [0.1, 0.2], when: [x]}} -> 'params.optimizer.lr.when'
+params: {optimizer.lr: {uniform: [0.1, 0.2], choice: [0.1]}} -> 'params.optimizer.lr': {'uniform'
+params: {optimizer.lr: {when: {scheduler.type: cosine}}} -> 'params.optimizer.lr': {'when'
+scheduler: {type: asha, grace_period: true} -> 'scheduler.grace_period': True, expected an integer
+num_samples: '2' -> 'num_samples': '2', expected an integer
+search: {seed: '3'} -> 'search.seed': '3', expected an integer
+params: {optimizer.lr: {uniform: [.nan, 0.2]}} -> 'params.optimizer.lr.uniform.0': nan
+params: {scheduler.warmup_steps: {randint: [0, 2.5]}} -> 'params.scheduler.warmup_steps.randint.1'
+params: {scheduler.warmup_steps: {randint: [5, 0]}} -> 'params.scheduler.warmup_steps.randint'
+params: {optimizer.lr: {quniform: [0.1, 0.2, 0]}} -> 'params.optimizer.lr.quniform': [0.1, 0.2, 0]
+scheduler: {reduction_factor: 1} -> 'scheduler.reduction_factor': 1, expected a number > 1
+scheduler: {type: asha, grace_period: -1} -> 'scheduler.grace_period': -1
+scheduler: {type: median, min_samples_required: 0} -> 'scheduler.min_samples_required': 0
+max_concurrent_trials: 0 -> 'max_concurrent_trials': 0, expected a positive integer
+resources: {use_gpu: maybe} -> 'resources.use_gpu'
+"""
+
+
+def _schema_case(line: str) -> tuple[str, str, str]:
+    text, needle = line.split(" -> ")
+    return text, (text if text.startswith("params") else f"{text}\n{LR}"), needle
+
+
+SCHEMA_BAD = [_schema_case(line) for line in SCHEMA_BAD_LINES.strip().splitlines()]
+CASES = BAD + RANGE_BAD + SCHEMA_BAD
+
+
+@pytest.mark.parametrize("text,needle", [b[1:] for b in CASES], ids=[b[0] for b in CASES])
 def test_bad_space_is_refused_with_the_key_named(tmp_path, base, text, needle):
     with pytest.raises(SpaceError) as err:
         load_space(write(tmp_path, text), base)
     message = str(err.value)
     assert needle in message and str(tmp_path / "space.yaml") in message
     assert "\n" not in message
+
+
+def test_a_minimal_space_takes_the_documented_defaults(tmp_path, base):
+    space = load_space(write(tmp_path, "fixed:\nresources:\n" + LR), base)
+    assert (space.metric, space.mode) == ("val_action_mse", "min")
+    assert space.num_samples == space.max_concurrent_trials == 1
+    assert space.scheduler.type == "none" and (space.algorithm, space.seed) == ("random", None)
+    assert space.fixed == {} and space.resources == {}
+    assert [(p.key, p.domain, p.args, p.when) for p in space.params] == [
+        ("optimizer.lr", "uniform", (0.1, 0.2), {})
+    ]
+
+
+def test_resources_and_conditions_keep_what_the_file_wrote(tmp_path, base):
+    text = (
+        "resources: {num_workers: [1, 2], use_gpu: false}\n"
+        "scheduler: {grace_period: 10}\n"
+        "search: {algorithm: optuna, seed: 3}\n"
+        "params:\n"
+        "  scheduler.type: {choice: [constant, cosine]}\n"
+        "  scheduler.min_lr_ratio: {uniform: [0, 1], when: {scheduler.type: [cosine]}}\n"
+        "  scheduler.warmup_steps: {quniform: [0, 100, 25], when: {scheduler.type: cosine}}\n"
+    )
+    space = load_space(write(tmp_path, text), base)
+    assert space.resources == {"num_workers": [1, 2], "use_gpu": False}
+    assert space.scheduler.type == "asha" and space.scheduler.grace_period == 10
+    assert (space.algorithm, space.seed) == ("optuna", 3)
+    params = {p.key: p for p in space.params}
+    assert params["scheduler.min_lr_ratio"].args == (0, 1)  # as written: ints stay ints
+    assert params["scheduler.warmup_steps"].when == {"scheduler.type": ("cosine",)}
+    assert params["scheduler.min_lr_ratio"].when == {"scheduler.type": ("cosine",)}
 
 
 def test_cli_refuses_a_bad_space_in_one_line_before_anything_runs(tmp_path, capsys):
@@ -249,3 +317,11 @@ def test_no_best_config_is_recommended_from_errored_trials(tmp_path, base):
     assert best_row(rows, space) is None
     rows.append({"trial_id": "c", "val_action_mse": 0.3, "error": ""})
     assert best_row(rows, space)["trial_id"] == "c"
+
+
+def test_the_listed_domains_are_the_domain_spec_fields():
+    import dataclasses
+
+    from raytrain_vla.tuning.space_file import DOMAINS, DomainSpec
+
+    assert (*DOMAINS, "when") == tuple(f.name for f in dataclasses.fields(DomainSpec))

@@ -8,7 +8,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from raytrain_vla.data.formats.lerobot import LeRobotMeta, column_to_numpy, read_frames_table
+from raytrain_vla.data.formats.arrow_numpy import to_numpy
+from raytrain_vla.data.formats.lerobot import LeRobotMeta, read_frames_table
 from raytrain_vla.data.formats.lerobot_source import LeRobotSource
 from raytrain_vla.data.formats.video import decode_frames
 from raytrain_vla.data.formats.writer import (
@@ -92,13 +93,13 @@ def test_low_dim_columns_round_trip(written):
     eps = _episodes()
     table = read_frames_table(meta, ["observation.state", "action", "timestamp", "task_index"])
     np.testing.assert_array_equal(
-        column_to_numpy(table, "observation.state"), np.concatenate([e.state for e in eps])
+        to_numpy(table["observation.state"]), np.concatenate([e.state for e in eps])
     )
     np.testing.assert_array_equal(
-        column_to_numpy(table, "action"), np.concatenate([e.action for e in eps])
+        to_numpy(table["action"]), np.concatenate([e.action for e in eps])
     )
     ts = np.concatenate([np.arange(n) / FPS for n in LENGTHS])
-    np.testing.assert_allclose(column_to_numpy(table, "timestamp"), ts, atol=1e-6)
+    np.testing.assert_allclose(to_numpy(table["timestamp"]), ts, atol=1e-6)
     want_mean = np.concatenate([e.action for e in eps]).mean(0)
     np.testing.assert_allclose(meta.stats["action"]["mean"], want_mean, atol=1e-6)
 

@@ -1,9 +1,10 @@
-"""Image features stored inside parquet (LeRobot `dtype: image`): `{bytes, path}` PNG/JPEG cells.
+"""Image cells stored inside parquet (LeRobot `dtype: image`, PNG shards): the one decoder.
 
 Decoding uses PyAV's png and mjpeg decoders, already a dependency for video, so no Pillow. PNG
 is lossless, so the pixels equal what LeRobot (PIL) returns. A fresh codec context per image:
 a reused one hands frames back one call late. `ImageRows` reads only the row groups that hold
-the requested frames, so a reader never keeps a whole image column, encoded or decoded.
+the requested frames (through `row_groups`), so a reader never keeps a whole image column,
+encoded or decoded.
 """
 
 from __future__ import annotations
@@ -15,18 +16,19 @@ import av
 import av.error
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from raytrain_vla.common.location import as_path
 from raytrain_vla.data.formats.frame_checks import describe_episodes
 from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta
 from raytrain_vla.data.formats.lerobot_common import inside_root
+from raytrain_vla.data.formats.row_groups import group_starts, read_groups
 
 _MAGIC = ((b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "mjpeg"))
 
 
-def decode_image(data: bytes, where: str = "image") -> np.ndarray:
-    """One PNG or JPEG -> (H, W, 3) uint8 RGB (grey and alpha are converted, like PIL's RGB)."""
+def decode_image(data: bytes, where: str = "image", pix_fmt: str = "rgb24") -> np.ndarray:
+    """One PNG or JPEG -> (H, W, 3) uint8 RGB (grey and alpha are converted, like PIL's RGB);
+    another `pix_fmt` ("gray", "rgba") keeps a shard's stored channels."""
     codec = next((c for magic, c in _MAGIC if data.startswith(magic)), None)
     if codec is None:
         raise DatasetError(f"{where}: not a PNG or JPEG image (starts with {data[:8]!r})")
@@ -35,7 +37,7 @@ def decode_image(data: bytes, where: str = "image") -> np.ndarray:
         frames = ctx.decode(av.Packet(data)) + ctx.decode(None)
         if not frames:
             raise DatasetError(f"{where}: the {codec} decoder returned no image")
-        return frames[0].to_ndarray(format="rgb24")
+        return frames[0].to_ndarray(format=pix_fmt)
     except (av.error.FFmpegError, ValueError) as e:
         if isinstance(e, DatasetError):
             raise
@@ -83,41 +85,26 @@ def decode_images(
 class ImageRows:
     """Image cells by global frame index, read row group by row group from the data files.
 
-    Holds only paths and row-group boundaries, so it is cheap to pickle into Ray Data tasks;
-    the last row group read is cached, which makes sequential access read each group once.
+    Holds only paths and where each file starts, so it is cheap to pickle; the row-group index
+    is `row_groups`' per-process one. The last row group read is kept (per instance), so that
+    item-by-item access, as `LeRobotFrames` reads, reads each group once.
     """
 
     def __init__(self, meta: LeRobotMeta):
         self.root = meta.root
         self.shapes = {k: meta.camera_shape(k) for k in meta.image_keys}
-        self.files: list[str] = []
-        self.group_start: list[np.ndarray] = []  # per file: global index of each group, + end
-        start = 0
-        for path, eps in meta.data_files().items():
-            try:
-                md = pq.ParquetFile(path).metadata
-            except (OSError, pa.ArrowException) as e:
-                raise DatasetError(
-                    f"{path}: unreadable parquet file ({e}); in {describe_episodes(eps)}"
-                ) from e
-            sizes = [md.row_group(g).num_rows for g in range(md.num_row_groups)]
-            self.files.append(str(path))
-            self.group_start.append(start + np.concatenate([[0], np.cumsum(sizes)]))
-            start += md.num_rows
-        self.file_start = np.array([g[0] for g in self.group_start], dtype=np.int64)
-        self._cache: tuple | None = None
+        self.files = [str(path) for path in meta.data_files()]
+        rows = [int(group_starts(path)[-1]) for path in self.files]
+        self.file_start = np.cumsum([0, *rows[:-1]]).astype(np.int64)
+        self._last: tuple | None = None
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_cache": None}
+        return {**self.__dict__, "_last": None}
 
     def _group(self, key: str, f: int, g: int) -> pa.ChunkedArray:
-        if self._cache is None or self._cache[0] != (key, f, g):
-            try:
-                table = pq.ParquetFile(self.files[f]).read_row_group(g, columns=[key])
-            except (OSError, pa.ArrowException, KeyError) as e:
-                raise DatasetError(f"{self.files[f]}: cannot read column {key!r} ({e})") from e
-            self._cache = ((key, f, g), table[key])
-        return self._cache[1]
+        if self._last is None or self._last[0] != (key, f, g):
+            self._last = ((key, f, g), read_groups(self.files[f], [g], [key])[key])
+        return self._last[1]
 
     def read(self, key: str, ids: np.ndarray, episodes: np.ndarray | None = None) -> np.ndarray:
         """(N, H, W, 3) uint8 images of feature `key` for global frame indices `ids`."""
@@ -126,11 +113,12 @@ class ImageRows:
         out = np.empty((len(ids), h, w, 3), np.uint8)
         file_of = np.searchsorted(self.file_start, ids, side="right") - 1
         for f in np.unique(file_of):
-            starts = self.group_start[f]
-            group_of = np.searchsorted(starts, ids, side="right") - 1
+            local = ids - self.file_start[f]
+            starts = group_starts(self.files[f])
+            group_of = np.searchsorted(starts, local, side="right") - 1
             for g in np.unique(group_of[file_of == f]):
                 rows = np.flatnonzero((file_of == f) & (group_of == g))
-                cells = self._group(key, int(f), int(g)).take(ids[rows] - starts[g])
+                cells = self._group(key, int(f), int(g)).take(local[rows] - starts[g])
                 eps = None if episodes is None else np.asarray(episodes)[rows]
                 where = f"{self.files[f]}: feature {key!r}"
                 imgs = decode_images(cells, where, eps, self.root)

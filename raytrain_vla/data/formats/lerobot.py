@@ -37,7 +37,7 @@ from raytrain_vla.data.formats.lerobot_common import (
 )
 from raytrain_vla.data.formats.lerobot_v21 import load_v21
 
-__all__ = ["ACTION", "STATE", "DatasetError", "LeRobotMeta", "column_to_numpy", "read_frames_table"]
+__all__ = ["ACTION", "STATE", "DatasetError", "LeRobotMeta", "read_frames_table"]
 
 SUPPORTED_VERSIONS = ("v2.1", "v3.0")
 _EPISODE_COLUMNS = ("episode_index", "tasks", "length", "dataset_from_index", "dataset_to_index")
@@ -258,16 +258,6 @@ def read_frames_table(meta: LeRobotMeta, columns: Sequence[str]) -> pa.Table:
     parts = [table for *_, table in iter_frames_tables(meta, columns)]
     cols = list(dict.fromkeys(["index", "episode_index", *columns]))
     return pa.concat_tables(parts) if parts else pa.table({c: [] for c in cols})
-
-
-def column_to_numpy(table: pa.Table, name: str) -> np.ndarray:
-    """(N, ...) numpy array of a scalar or (fixed-size) list column."""
-    col = table[name].combine_chunks()
-    if pa.types.is_fixed_size_list(col.type):
-        return col.flatten().to_numpy(zero_copy_only=False).reshape(len(col), col.type.list_size)
-    if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
-        return np.asarray(col.to_pylist())
-    return col.to_numpy(zero_copy_only=False)
 
 
 def dataset_fingerprint(meta: LeRobotMeta) -> str:

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import torch
 
+from raytrain_vla.data.formats.arrow_numpy import to_numpy
 from raytrain_vla.data.formats.images import ImageRows
 from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta, read_frames_table
 from raytrain_vla.data.formats.video import VideoDecodeError, decode_frames
@@ -131,12 +131,7 @@ def _delta_indices(
 
 def _torch_like(col: pa.ChunkedArray) -> np.ndarray:
     """(N, *shape) numpy in the dtype LeRobot's items carry (python float -> float32 etc.)."""
-    arr, dims = col.combine_chunks(), []
-    while pa.types.is_fixed_size_list(arr.type) or pa.types.is_list(arr.type):
-        lens = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
-        dims.append(int(lens[0]) if len(lens) else 0)
-        arr = pc.list_flatten(arr)
-    out = arr.to_numpy(zero_copy_only=False).reshape(len(col), *dims)
+    out = to_numpy(col)
     if out.dtype.kind == "f":
         return out.astype(np.float32)
     if out.dtype.kind in "iu":

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from raytrain_vla.common.spec import DataSpec
-from raytrain_vla.config.schema import FlowVLAOptions
 from raytrain_vla.models.base import known_fields
+from raytrain_vla.models.flow_vla.options import FlowVLAOptions
 
 # Dims each size fills. tiny: CPU tests/demo (<1M); small: CPU overhead benchmark; base: GPUs.
 SIZE_PRESETS: dict[str, dict[str, Any]] = {

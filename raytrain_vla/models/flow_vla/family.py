@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 from raytrain_vla.common.normalize import Normalizer
 from raytrain_vla.common.spec import DataSpec
-from raytrain_vla.config.schema import FlowVLAOptions
 from raytrain_vla.models.base import InputBudget, ModelFamily
 from raytrain_vla.models.flow_vla.config import FlowVLAConfig
 from raytrain_vla.models.flow_vla.layers import conv_out_size
 from raytrain_vla.models.flow_vla.model import FlowVLA
+from raytrain_vla.models.flow_vla.options import FlowVLAOptions
 from raytrain_vla.models.flow_vla.processor import FlowVLAProcessor
 
 
 class FlowVLAFamily(ModelFamily):
     name = "flow_vla"
+    options_type = FlowVLAOptions
     config_type = FlowVLAConfig
     model_type = FlowVLA
 
@@ -39,9 +41,13 @@ class FlowVLAFamily(ModelFamily):
             tokens_per_camera=height * width,
             pixels_per_token=math.prod(config.vision_strides),
             text_budget=config.max_text_len,
+            text_budget_key=f"model.{self.name}.max_text_len",
             text_unit="bytes",
             count_text=lambda text: len(text.encode("utf-8")),
         )
+
+    def tiny_options(self, fixtures: Path | None) -> FlowVLAOptions:
+        return FlowVLAOptions(size="tiny")
 
     def config_from_legacy(self, builder_kwargs: dict[str, Any]) -> FlowVLAConfig:
         """Format-1 policies stored `build_flow_vla`'s keyword arguments (size plus shapes)."""

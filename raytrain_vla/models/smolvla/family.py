@@ -15,11 +15,12 @@ from transformers import AutoTokenizer
 
 from raytrain_vla.common.normalize import ACTION, STATE, Normalizer
 from raytrain_vla.common.spec import DataSpec
-from raytrain_vla.config.schema import LoRAConfig, SmolVLAOptions
+from raytrain_vla.config.schema import LoRAConfig
 from raytrain_vla.models.base import InputBudget, ModelFamily, PolicyFiles
 from raytrain_vla.models.smolvla import lerobot_io
 from raytrain_vla.models.smolvla.config import SmolVLAConfig
 from raytrain_vla.models.smolvla.model import SmolVLA, vlm_config_of
+from raytrain_vla.models.smolvla.options import SmolVLAOptions
 from raytrain_vla.models.smolvla.processor import SmolVLAProcessor, with_newline
 
 # Options whose value decides parameter shapes or wiring: a checkpoint's value cannot change.
@@ -73,6 +74,7 @@ def _camera_wiring(
 
 class SmolVLAFamily(ModelFamily):
     name = "smolvla"
+    options_type = SmolVLAOptions
     config_type = SmolVLAConfig
     model_type = SmolVLA
     foreign_formats = ("lerobot",)
@@ -155,6 +157,17 @@ class SmolVLAFamily(ModelFamily):
             fields["resize_imgs_with_padding"] = tuple(fields["resize_imgs_with_padding"])
         return dataclasses.replace(base, **fields)
 
+    def tiny_options(self, fixtures: Path | None) -> SmolVLAOptions:
+        """The tiny SmolVLM of LeRobot's fixture (its config and tokenizer; random weights)."""
+        if fixtures is None:
+            raise FileNotFoundError(
+                "smolvla's tiny instance needs shared/fixtures/lerobot_smolvla_tiny"
+            )
+        vlm_path = str(fixtures / "lerobot_smolvla_tiny" / "vlm")
+        return SmolVLAOptions(
+            vlm_path=vlm_path, num_vlm_layers=2, resize_imgs_with_padding=(32, 32)
+        )
+
     def check_options(
         self, options: SmolVLAOptions, init_from: str = "", lora: LoRAConfig | None = None
     ) -> None:
@@ -191,6 +204,7 @@ class SmolVLAFamily(ModelFamily):
             tokens_per_camera=(height // patch) * (width // patch) // (scale * scale),
             pixels_per_token=patch * scale,
             text_budget=config.tokenizer_max_length,
+            text_budget_key=f"model.{self.name}.tokenizer_max_length",
             text_unit="tokens",
             count_text=lambda text: len(tokenizer(with_newline(text))["input_ids"]),
         )

@@ -26,10 +26,11 @@ from safetensors.torch import load_file, save_file
 
 from raytrain_vla.common.atomic import replacing_directory
 from raytrain_vla.common.normalize import ACTION, STATE, Normalizer
+from raytrain_vla.models.lerobot_dir import CONFIG, lerobot_config
 from raytrain_vla.models.smolvla.config import SmolVLAConfig
 from raytrain_vla.models.smolvla.model import expert_layer_index
 
-CONFIG, WEIGHTS = "config.json", "model.safetensors"
+WEIGHTS = "model.safetensors"
 PRE, POST = "policy_preprocessor.json", "policy_postprocessor.json"
 PRE_STATS = "policy_preprocessor_step_5_normalizer_processor.safetensors"
 POST_STATS = "policy_postprocessor_step_0_unnormalizer_processor.safetensors"
@@ -62,12 +63,7 @@ _REFUSED = {
 
 
 def is_lerobot_dir(path: str | Path) -> bool:
-    path = Path(path).expanduser()
-    try:
-        data = json.loads((path / CONFIG).read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and "type" in data and "format" not in data
+    return lerobot_config(path) is not None
 
 
 def resolve_vlm(name: str, policy_dir: Path) -> Path:

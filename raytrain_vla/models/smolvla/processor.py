@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from transformers import AutoTokenizer
 
 from raytrain_vla.common.features import ACTION_DIM_MASK, EMBODIMENT
+from raytrain_vla.common.image_ops import unit_float
 from raytrain_vla.common.normalize import ACTION, STATE, Normalizer
 from raytrain_vla.models.base import ImageHook, InputProcessor, collate_masks, encode_targets
 from raytrain_vla.models.smolvla.config import SmolVLAConfig
@@ -85,9 +86,8 @@ class SmolVLAProcessor(InputProcessor):
 
     def prepare_image(self, image: torch.Tensor) -> torch.Tensor:
         """uint8 or [0, 1] float (B, C, H, W) -> the model's [-1, 1] input."""
-        image = image.float().div_(255.0) if image.dtype == torch.uint8 else image.float()
         height, width = self.config.image_hw
-        return resize_with_pad(image, height, width, pad_value=0.0) * 2.0 - 1.0
+        return resize_with_pad(unit_float(image), height, width, pad_value=0.0) * 2.0 - 1.0
 
     def collate(self, cols: dict[str, np.ndarray], device: torch.device | str) -> dict[str, Any]:
         def t(x: np.ndarray) -> torch.Tensor:

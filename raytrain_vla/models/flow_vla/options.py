@@ -1,0 +1,38 @@
+"""`model.flow_vla`: the options of the built-in from-scratch VLA, as the config tree holds them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from raytrain_vla.config.families import FamilyOptions
+
+# A named alias: draccus's field-comment reader (for --help) skips quoted types.
+FlowVLASize = Literal["tiny", "small", "base"]
+
+
+@dataclass(frozen=True)
+class FlowVLAOptions(FamilyOptions):
+    """`model.flow_vla`: the built-in from-scratch VLA (models/flow_vla)."""
+
+    DEFAULT_CHUNK_SIZE: ClassVar[int] = 8
+    MOVED_KEYS: ClassVar[dict[str, str]] = {
+        "model.size": "model.flow_vla.size",
+        "model.max_text_len": "model.flow_vla.max_text_len",
+        "model.num_inference_steps": "model.flow_vla.num_inference_steps",
+    }
+
+    size: FlowVLASize = "tiny"  # about 3M, 40M and 1B parameters
+    num_inference_steps: int = 10  # Euler steps of the flow at inference
+    max_text_len: int = 48  # instructions are byte-tokenized; longer ones are an error
+
+    def check(self, key: str) -> None:
+        for name in ("max_text_len", "num_inference_steps"):
+            value = getattr(self, name)
+            if value <= 0:
+                raise ValueError(
+                    f"bad value for '{key}.{name}': {value}, expected a positive integer"
+                )
+
+
+OPTIONS = FlowVLAOptions  # what models/registry.py registers
