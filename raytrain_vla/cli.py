@@ -23,6 +23,12 @@ COMMANDS = {
 }
 
 
+def fail(err: BaseException | str, code: int) -> int:
+    """A command's refusal: one `error: ...` line on stderr, and the exit status to return."""
+    print(f"error: {err}", file=sys.stderr)
+    return code
+
+
 def usage() -> str:
     width = max(map(len, COMMANDS))
     lines = ["usage: raytrain-vla COMMAND [ARGS ...]   (COMMAND --help for its options)", ""]

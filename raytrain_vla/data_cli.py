@@ -12,6 +12,7 @@ import argparse
 import sys
 import time
 
+from raytrain_vla.cli import fail
 from raytrain_vla.config import ConfigError
 from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta
 from raytrain_vla.data.formats.video import VideoDecodeError
@@ -142,12 +143,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.func is _preflight:
             return args.func(args, overrides)
         args.func(args)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except (DatasetError, FileExistsError, VideoDecodeError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    except ConfigError as err:
+        return fail(err, 2)
+    except (DatasetError, FileExistsError, VideoDecodeError) as err:
+        return fail(err, 1)
     return 0
 
 

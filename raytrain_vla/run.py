@@ -10,6 +10,7 @@ import json
 import sys
 import time
 
+from raytrain_vla.cli import fail
 from raytrain_vla.common.run_storage import RunPath
 from raytrain_vla.config import Config, ConfigError, absolute_paths, dataset_configs, parse_cli
 from raytrain_vla.config.help import format_config_help, wants_help
@@ -91,8 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = absolute_paths(parse_cli(argv))
         check_model_options(cfg.model, cfg.optimizer)
     except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return fail(err, 2)
     start = time.monotonic()
     try:
         for one in dataset_configs(cfg.data):
@@ -102,11 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         with driver_lock(run_dir_of(cfg), "training driver"):
             return _train(cfg, start)
     except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return fail(err, 2)
     except (ValueError, FileExistsError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        return fail(err, 1)
 
 
 def _train(cfg: Config, start: float) -> int:

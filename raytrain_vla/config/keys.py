@@ -8,6 +8,7 @@ import dataclasses
 import difflib
 import functools
 import typing
+from collections.abc import Iterable
 from typing import Any
 
 from raytrain_vla.config.errors import ConfigError
@@ -51,6 +52,12 @@ def valid_keys(cls: type = Config, prefix: str = "") -> list[str]:
     return keys
 
 
+def closest(name: str, candidates: Iterable[str]) -> str | None:
+    """The candidate nearest to a misspelt `name` (None when there are none)."""
+    match = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.0)
+    return match[0] if match else None
+
+
 def moved_keys() -> dict[str, str]:
     """Keys of earlier versions -> where they live now, as the families declare them."""
     out: dict[str, str] = {}
@@ -66,8 +73,8 @@ def nearest_key(key: str) -> str:
         return f" (it moved to '{moved[key]}')"
     if key in REMOVED_KEYS:
         return f" ({REMOVED_KEYS[key]})"
-    match = difflib.get_close_matches(key, valid_keys(), n=1, cutoff=0.0)
-    return f" (did you mean '{match[0]}'?)" if match else ""
+    match = closest(key, valid_keys())
+    return f" (did you mean '{match}'?)" if match else ""
 
 
 def check_keys(tree: dict, source: str, cls: type = Config, prefix: str = "") -> None:

@@ -57,6 +57,13 @@ def known_fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
     return dict(data)
 
 
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """A flat frozen config as JSON-safe values (tuples become lists), for `config.json`."""
+    return {
+        k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(config).items()
+    }
+
+
 def encode_targets(
     cols: dict[str, np.ndarray], out: dict[str, np.ndarray], normalizer: Normalizer
 ) -> dict[str, np.ndarray]:

@@ -8,7 +8,6 @@ Only the file itself is checked here; whether its keys and values fit the config
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import typing
 from collections.abc import Callable, Sequence
@@ -19,7 +18,7 @@ from typing import Any, ClassVar, Literal
 import draccus
 
 from raytrain_vla.config import ConfigError
-from raytrain_vla.config.keys import field_types
+from raytrain_vla.config.keys import closest, field_types
 from raytrain_vla.config.parse import read_yaml_mapping
 
 Metric = Literal["val_action_mse", "val_action_l1", "val_loss", "val_mse_ratio"]
@@ -199,10 +198,10 @@ def _check_names(raw: Any, cls: Any, source: str, key: str) -> None:
     types = field_types(cls) if section else dict.fromkeys(raw, args[1])
     for name, value in raw.items():
         if name not in types:
-            near = difflib.get_close_matches(str(name), list(types), n=1, cutoff=0.0)
+            near = closest(str(name), types)
             raise SpaceError(
                 f"{source}: unknown key '{_dotted(key, name)}' "
-                f"(did you mean '{_dotted(key, near[0])}'?)"
+                f"(did you mean '{_dotted(key, near)}'?)"
             )
         _check_names(value, types[name], source, _dotted(key, name))
 

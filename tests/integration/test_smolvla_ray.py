@@ -81,7 +81,7 @@ def test_lerobot_format_export_predicts_what_our_export_predicts(reference, tmp_
     out = tmp_path / "pretrained_model"
     assert export.main([str(latest_checkpoint(reference)), str(out), "--format", "lerobot"]) == 0
     config = json.loads((out / "config.json").read_text())
-    assert config["type"] == "smolvla" and config["chunk_size"] == 50
+    assert config["type"] == "smolvla" and config["chunk_size"] == 10  # the init_from checkpoint's
     pre = json.loads((out / "policy_preprocessor.json").read_text())
     assert pre["steps"][0]["config"]["rename_map"] == {
         "observation.image": "observation.images.front"
@@ -95,7 +95,7 @@ def test_lerobot_format_export_predicts_what_our_export_predicts(reference, tmp_
     }
     noise = torch.randn((2, *ours.model.noise_shape), generator=torch.Generator().manual_seed(0))
     expected = ours.predict_action_chunk(batch, noise=noise)
-    assert expected.shape == (2, 50, 2)
+    assert expected.shape == (2, 10, 2)
     assert torch.equal(theirs.predict_action_chunk(batch, noise=noise), expected)
 
 

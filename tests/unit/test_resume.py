@@ -3,10 +3,12 @@
 import json
 
 import pytest
+import yaml
 
 from raytrain_vla.config import load_config, recipe_hash, to_dict
 from raytrain_vla.config.recipe import recipe_differences
 from raytrain_vla.data.plan import PLAN_VERSION
+from raytrain_vla.train.checkpoint import CONFIG
 from raytrain_vla.train.resume import (
     SNAPSHOT,
     ResumeRefused,
@@ -109,6 +111,25 @@ def test_resume_is_refused_when_train_steps_is_below_the_checkpoints_step(tmp_pa
         check_resume(cfg, tmp_path, "fingerprint")
     longer = load_config(None, ["--train.steps=80"])
     assert check_resume(longer, tmp_path, "fingerprint") == tmp_path / "checkpoint_1"
+
+
+def test_a_hash_of_an_older_version_resumes_when_no_recipe_key_differs(tmp_path):
+    """Hashes written before the recipe covered only the selected family's options differ from
+    today's; the checkpoint's config.yaml, compared key by key, decides."""
+    cfg = load_config()
+    make_checkpoint(tmp_path, "checkpoint_1", cfg=cfg)
+    state = json.loads((tmp_path / "checkpoint_1" / TRAIN_STATE).read_text())
+    (tmp_path / "checkpoint_1" / TRAIN_STATE).write_text(
+        json.dumps({**state, "config_hash": "0123456789abcdef"})
+    )
+    old_tree = to_dict(cfg)
+    old_tree["model"]["smolvla"] = {"vlm_path": "/somewhere/else"}  # another family's section
+    (tmp_path / "checkpoint_1" / CONFIG).write_text(yaml.safe_dump(old_tree))
+    register(tmp_path, ["checkpoint_1"])
+    assert check_resume(cfg, tmp_path, "fingerprint") == tmp_path / "checkpoint_1"
+    changed = load_config(None, ["--optimizer.lr=0.5"])
+    with pytest.raises(ResumeRefused, match=r"optimizer.lr: 0.001 -> 0.5"):
+        check_resume(changed, tmp_path, "fingerprint")
 
 
 def test_a_checkpoint_of_an_older_sample_plan_is_refused_naming_the_plan(tmp_path):

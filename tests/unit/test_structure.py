@@ -114,16 +114,20 @@ def test_known_rooms_and_entry_points_cover_every_module():
     assert all(_room(m) in rooms or m in ENTRY_POINTS for m in MODULES), sorted(MODULES)
 
 
-def test_no_module_outside_models_names_a_family_s_modules():
-    pattern = re.compile(r"action_expert\.|\bmodel\.vision\b|transformer_blocks|flow_vla\.model\b")
-    hits = [
-        f"{path.relative_to(PACKAGE)}:{n}"
+def _lines_outside_models(pattern: re.Pattern) -> list[str]:
+    """`file:line: text` of every package line outside `models/` that `pattern` matches."""
+    return [
+        f"{path.relative_to(PACKAGE)}:{n}: {line.strip()}"
         for path in PACKAGE.rglob("*.py")
         if "models" not in path.relative_to(PACKAGE).parts
         for n, line in enumerate(path.read_text().splitlines(), 1)
         if pattern.search(line)
     ]
-    assert not hits, hits
+
+
+def test_no_module_outside_models_names_a_family_s_modules():
+    pattern = re.compile(r"action_expert\.|\bmodel\.vision\b|transformer_blocks|flow_vla\.model\b")
+    assert not _lines_outside_models(pattern)
 
 
 def test_no_module_outside_models_names_a_family():
@@ -133,11 +137,5 @@ def test_no_module_outside_models_names_a_family():
 
     names = "|".join(map(re.escape, family_names()))
     pattern = re.compile(rf"(?i)(?<![A-Za-z0-9_])({names})(?![A-Za-z0-9_])")
-    hits = [
-        f"{path.relative_to(PACKAGE)}:{n}: {line.strip()}"
-        for path in PACKAGE.rglob("*.py")
-        if "models" not in path.relative_to(PACKAGE).parts
-        for n, line in enumerate(path.read_text().splitlines(), 1)
-        if pattern.search(line)
-    ]
+    hits = _lines_outside_models(pattern)
     assert not hits, hits

@@ -6,12 +6,11 @@ from it alone.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from raytrain_vla.common.spec import DataSpec
-from raytrain_vla.models.base import known_fields
+from raytrain_vla.models.base import config_to_dict, known_fields
 from raytrain_vla.models.flow_vla.options import FlowVLAOptions
 
 # Dims each size fills. tiny: CPU tests/demo (<1M); small: CPU overhead benchmark; base: GPUs.
@@ -58,9 +57,7 @@ class FlowVLAConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict (tuples become lists), as written to an export's config.json."""
-        return {
-            k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()
-        }
+        return config_to_dict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FlowVLAConfig:

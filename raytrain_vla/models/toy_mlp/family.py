@@ -7,7 +7,6 @@ action chunk from that context, the noisy chunk and the flow time. It has no lan
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -24,6 +23,7 @@ from raytrain_vla.models.base import (
     VISION,
     ModelFamily,
     VLAModel,
+    config_to_dict,
     known_fields,
 )
 from raytrain_vla.models.processing import ImageStateProcessor
@@ -42,9 +42,7 @@ class ToyMLPConfig:
     num_inference_steps: int = 4
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()
-        }
+        return config_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ToyMLPConfig:
