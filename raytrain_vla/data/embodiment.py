@@ -1,7 +1,7 @@
 """One robot's data in a mixture's common layout, and back.
 
-A mixture trains one model on robots with different state and action sizes and cameras (as pi0
-pads every robot to one action size). Each dataset (embodiment) keeps its own normalisation;
+A mixture trains one model on robots with different state and action sizes and cameras (as
+Physical Intelligence's VLAs pad every robot to one action size). Each dataset (embodiment) keeps its own normalisation;
 its normalised state and actions are zero-padded to the mixture's largest sizes, with
 `action_dim_mask` saying which action dimensions are the robot's (the loss counts only those),
 and a camera it lacks is an all-zero image with `image_mask/<camera>` false (the model ignores

@@ -19,7 +19,7 @@ def flow_noise_and_time(
     beta: tuple[float, float] = (1.5, 1.0),
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Per-sample noise (B, *shape) and time (B,); t ~ Beta(1.5, 1) mapped to [0.001, 1] as in
-    pi0 (more weight on noisy times)."""
+    openpi (more weight on noisy times)."""
     noise = np.empty((len(sample_ids), *shape), dtype=np.float32)
     time = np.empty(len(sample_ids), dtype=np.float32)
     for i, sid in enumerate(sample_ids):

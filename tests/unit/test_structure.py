@@ -114,11 +114,16 @@ def test_known_rooms_and_entry_points_cover_every_module():
     assert all(_room(m) in rooms or m in ENTRY_POINTS for m in MODULES), sorted(MODULES)
 
 
+# Families the roadmap adds (issue 28): generic code must not name them before they exist either.
+FAMILIES_TO_COME = ("pi0", "pi05")
+
+
 def _lines_outside_models(pattern: re.Pattern) -> list[str]:
-    """`file:line: text` of every package line outside `models/` that `pattern` matches."""
+    """`file:line: text` of every package line (code and packaged YAML) outside `models/` that
+    `pattern` matches."""
     return [
         f"{path.relative_to(PACKAGE)}:{n}: {line.strip()}"
-        for path in PACKAGE.rglob("*.py")
+        for path in [*PACKAGE.rglob("*.py"), *PACKAGE.rglob("*.yaml")]
         if "models" not in path.relative_to(PACKAGE).parts
         for n, line in enumerate(path.read_text().splitlines(), 1)
         if pattern.search(line)
@@ -135,7 +140,7 @@ def test_no_module_outside_models_names_a_family():
     family, so a new family is one package plus one registration line."""
     from raytrain_vla.models.registry import family_names
 
-    names = "|".join(map(re.escape, family_names()))
+    names = "|".join(map(re.escape, [*family_names(), *FAMILIES_TO_COME]))
     pattern = re.compile(rf"(?i)(?<![A-Za-z0-9_])({names})(?![A-Za-z0-9_])")
     hits = _lines_outside_models(pattern)
     assert not hits, hits
