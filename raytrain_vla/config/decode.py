@@ -36,8 +36,9 @@ def _decode_model(raw: Any, path: Sequence[str] = ()) -> ModelConfig:
 
 
 def _encode_model(model: ModelConfig, declared_type: Any = None) -> dict[str, Any]:
+    types = field_types(ModelConfig)
     shared = {
-        f.name: draccus.encode(getattr(model, f.name), field_types(ModelConfig).get(f.name))
+        f.name: draccus.encode(getattr(model, f.name), types.get(f.name))
         for f in dataclasses.fields(model)
         if f.name != ModelConfig.OPEN_SECTIONS
     }

@@ -3,6 +3,7 @@ it: defaults are filled by the loader before it runs."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -33,6 +34,7 @@ def validate(cfg: Config) -> None:
         cfg.model.options.check(f"model.{cfg.model.type}")
     except ValueError as err:
         raise ConfigError(str(err)) from err
+    _check_unused_families(cfg)
     if not cfg.data.cache_max_gb >= 0:  # also NaN
         raise ConfigError(
             f"bad value for 'data.cache_max_gb': {cfg.data.cache_max_gb}, expected GiB >= 0 "
@@ -91,6 +93,23 @@ def validate(cfg: Config) -> None:
         raise ConfigError(
             f"bad value for 'optimizer.groups': names must be unique and non-empty, got {names}"
         )
+
+
+def _check_unused_families(cfg: Config) -> None:
+    """Options given for a family the run does not use would be ignored: refuse them."""
+    for name, options in cfg.model.sections.items():
+        default = type(options)()
+        changed = {
+            f.name: getattr(options, f.name)
+            for f in dataclasses.fields(options)
+            if getattr(options, f.name) != getattr(default, f.name)
+        }
+        if name != cfg.model.type and changed:
+            raise ConfigError(
+                f"'model.{name}' options {changed} are set but 'model.type' is "
+                f"{cfg.model.type!r}, so they would be ignored; remove them or set "
+                f"model.type={name}"
+            )
 
 
 def mixture_entry_name(root: str, repo_id: str) -> str:
