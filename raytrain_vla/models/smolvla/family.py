@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
@@ -17,6 +16,8 @@ from raytrain_vla.common.normalize import ACTION, STATE, Normalizer
 from raytrain_vla.common.spec import DataSpec
 from raytrain_vla.config.schema import LoRAConfig
 from raytrain_vla.models.base import InputBudget, ModelFamily, PolicyFiles
+from raytrain_vla.models.lerobot_format import affine_stats
+from raytrain_vla.models.lora import lora_dict, merge_lora
 from raytrain_vla.models.smolvla import lerobot_io
 from raytrain_vla.models.smolvla.config import SmolVLAConfig
 from raytrain_vla.models.smolvla.model import SmolVLA, vlm_config_of
@@ -90,7 +91,7 @@ class SmolVLAFamily(ModelFamily):
     ) -> SmolVLAConfig:
         """The LeRobot checkpoint's config when `init_from` is one, else LeRobot's defaults
         over the VLM at `vlm_path`; then the options given and the dataset's shapes."""
-        if _lora_dict(lora) and options.train_expert_only:
+        if lora_dict(lora) and options.train_expert_only:
             raise ValueError(
                 "'model.smolvla.train_expert_only' true freezes the whole VLM, but 'model.lora.r' "
                 f"{lora.r} adapts it: leave train_expert_only unset (or false) to train adapters"
@@ -150,7 +151,7 @@ class SmolVLAFamily(ModelFamily):
             "chunk_size": chunk,
             "n_action_steps": min(base.n_action_steps, chunk) if fixed_cameras else chunk,
             "vlm_dtype": "float32",  # trained weights are fp32 masters (train.precision: bf16)
-            "lora": _lora_dict(lora),
+            "lora": lora_dict(lora),
         }
 
         if "resize_imgs_with_padding" in fields:
@@ -354,47 +355,9 @@ class SmolVLAFamily(ModelFamily):
             elif cam in normalizer.stats:
                 stats[cam] = normalizer.stats[cam]
         for feature in (STATE, ACTION):
-            stats[feature] = normalizer.stats.get(feature) or _affine_stats(normalizer, feature)
+            stats[feature] = normalizer.stats.get(feature) or affine_stats(normalizer, feature)
         config = dataclasses.replace(config, norm_map=lerobot_io.norm_map_for(normalizer))
         return lerobot_io.write_lerobot_dir(out_dir, theirs, config, stats)
-
-
-def _lora_dict(lora: LoRAConfig | None) -> dict[str, Any]:
-    if lora is None or not lora.r:
-        return {}
-    return {
-        "r": lora.r,
-        "alpha": lora.alpha,
-        "dropout": lora.dropout,
-        "target_modules": list(lora.target_modules),
-    }
-
-
-def merge_lora(state: dict[str, torch.Tensor], lora: dict[str, Any]) -> dict[str, torch.Tensor]:
-    scale = float(lora["alpha"]) / int(lora["r"])
-    merged = {}
-    for name, tensor in state.items():
-        if ".lora_" in name:
-            continue
-        if ".base_layer." in name:
-            prefix, param = name.split(".base_layer.")
-            if param == "weight":
-                a = state[f"{prefix}.lora_A.default.weight"].float()
-                b = state[f"{prefix}.lora_B.default.weight"].float()
-                tensor = (tensor.float() + (b @ a) * scale).to(tensor.dtype)
-            name = f"{prefix}.{param}"
-        merged[name] = tensor
-    return merged
-
-
-def _affine_stats(normalizer: Normalizer, feature: str) -> dict[str, np.ndarray]:
-    """Statistics that reproduce a normaliser saved without raw stats (mean/std maps only)."""
-    if normalizer.modes[feature] != "mean_std":
-        raise ValueError(
-            f"the policy's normaliser keeps no raw statistics for {feature!r} and its mode "
-            f"{normalizer.modes[feature]!r} cannot be written as LeRobot stats"
-        )
-    return {"mean": normalizer.shift[feature], "std": normalizer.scale[feature]}
 
 
 FAMILY = SmolVLAFamily()

@@ -21,6 +21,7 @@ from torch import nn
 from transformers import AutoModel, SmolVLMConfig, SmolVLMForConditionalGeneration
 
 from raytrain_vla.models.base import ACTION_EXPERT, ADAPTER, BACKBONE, LANGUAGE, VISION, VLAModel
+from raytrain_vla.models.lora import inject_lora
 from raytrain_vla.models.smolvla.config import SmolVLAConfig
 from raytrain_vla.models.smolvla.layers import JointLayer, make_att_2d_masks, time_embedding
 
@@ -28,26 +29,6 @@ STATE = "state"  # the state projection: LeRobot's `train_state_proj` freezes it
 LORA = "lora"  # LoRA adapters (`model.lora`)
 _JOINT = re.compile(r"^layers\.\d+\.(vlm|expert)\.")
 VLM_ROLES = {VISION, ADAPTER, LANGUAGE, BACKBONE}
-
-
-def inject_lora(model: nn.Module, lora: dict[str, Any]) -> None:
-    """peft's LoRA layers around the named modules of every VLM text layer, in place.
-
-    peft leaves only the adapters trainable; requires_grad is restored here, since what trains
-    is the model's `frozen_parameters` and the trainer's decision."""
-    from peft import LoraConfig, inject_adapter_in_model  # imported only when LoRA is on
-
-    names = "|".join(re.escape(m) for m in lora["target_modules"])
-    config = LoraConfig(
-        r=int(lora["r"]),
-        lora_alpha=float(lora["alpha"]),
-        lora_dropout=float(lora["dropout"]),
-        target_modules=rf"^layers\.\d+\.vlm\..*\b({names})$",
-        bias="none",
-    )
-    inject_adapter_in_model(config, model)
-    for param in model.parameters():
-        param.requires_grad_(True)
 
 
 def expert_intermediate_size(hidden: int, multiplier: int = 4, multiple_of: int = 256) -> int:
@@ -139,7 +120,7 @@ class SmolVLA(VLAModel):
         self.action_time_mlp_in = nn.Linear(hidden * 2, hidden)
         self.action_time_mlp_out = nn.Linear(hidden, hidden)
         if config.lora:
-            inject_lora(self, config.lora)
+            inject_lora(self, config.lora, r"layers\.\d+\.vlm\.")
         if config.vlm_dtype == "bfloat16":
             self.vlm.to(torch.bfloat16)
             for layer in self.layers:
