@@ -305,8 +305,9 @@ class ModelFamily(ABC):
         """Copy the files the config refers to into a policy directory; the config to store."""
         return config
 
-    def read_foreign(self, path: Path) -> PolicyFiles | None:
-        """A policy directory in one of `foreign_formats`, or None if `path` is none of them."""
+    def read_foreign(self, path: Path, options: dict[str, Any] | None = None) -> PolicyFiles | None:
+        """A policy directory in one of `foreign_formats`, or None if `path` is none of them.
+        `options` (from `policy.load`): what the directory does not hold, e.g. a tokenizer."""
         return None
 
     def write_foreign(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
+from typing import Any
 
 from raytrain_vla.config.families import FamilyOptions, option_sections, register_options
 from raytrain_vla.models.base import ModelFamily, PolicyFiles
@@ -59,12 +60,15 @@ def family_names() -> list[str]:
     return sorted({*FAMILIES, *LAZY_FAMILIES})
 
 
-def read_foreign_policy(path: Path) -> tuple[ModelFamily, PolicyFiles] | None:
-    """The family that reads `path` as another project's policy directory, with what it read."""
+def read_foreign_policy(
+    path: Path, options: dict[str, Any] | None = None
+) -> tuple[ModelFamily, PolicyFiles] | None:
+    """The family that reads `path` as another project's policy directory, with what it read;
+    `options` are passed to the family that reads it (and refused if none does)."""
     for name in family_names():
         family = get_family(name)
         if family.foreign_formats:
-            files = family.read_foreign(Path(path))
+            files = family.read_foreign(Path(path), options or None)
             if files is not None:
                 return family, files
     return None
@@ -74,3 +78,5 @@ def read_foreign_policy(path: Path) -> tuple[ModelFamily, PolicyFiles] | None:
 register_package("flow_vla", "raytrain_vla.models.flow_vla")
 register_package("smolvla", "raytrain_vla.models.smolvla")
 register_package("toy_mlp", "raytrain_vla.models.toy_mlp")
+register_package("pi0", "raytrain_vla.models.pi0")
+register_package("pi05", "raytrain_vla.models.pi05")

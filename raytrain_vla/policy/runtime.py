@@ -329,22 +329,32 @@ def from_state(
 
 
 def load(
-    path: str | Path, seed: int = 0, n_action_steps: int = 0, device: str | torch.device = "cpu"
+    path: str | Path,
+    seed: int = 0,
+    n_action_steps: int = 0,
+    device: str | torch.device = "cpu",
+    tokenizer: str | Path | None = None,
+    options: dict[str, Any] | None = None,
 ) -> Policy:
     """An exported policy directory (`python -m raytrain_vla.export`, or a run's `export/`),
     or another project's policy directory a model family reads (LeRobot's
     `pretrained_model/`). An object-store URI is downloaded to a temporary directory first.
     A training checkpoint is refused with the export command to run, once its files are
-    checked against its manifest: a damaged one is named instead."""
+    checked against its manifest: a damaged one is named instead. `tokenizer` (a directory)
+    and `options` (the family's, e.g. a SigLIP head count) are for another project's policy
+    whose files do not hold them."""
+    foreign = dict(options or {})
+    if tokenizer is not None:
+        foreign["tokenizer"] = str(tokenizer)
     if is_uri(path):
         with local_directory(path) as local:
-            return _load_local(local, seed, n_action_steps, device, str(path))
-    return _load_local(Path(path), seed, n_action_steps, device)
+            return _load_local(local, seed, n_action_steps, device, str(path), foreign)
+    return _load_local(Path(path), seed, n_action_steps, device, None, foreign)
 
 
 def _load_local(
     path: Path, seed: int, n_action_steps: int, device: str | torch.device,
-    shown_as: str | None = None,
+    shown_as: str | None = None, foreign_options: dict[str, Any] | None = None,
 ) -> Policy:  # fmt: skip
     """`load` of a local directory; `shown_as` names it in errors (the URI it came from)."""
     if not (path / CONFIG).is_file() and any(
@@ -358,7 +368,7 @@ def _load_local(
         )
     data = json.loads((path / CONFIG).read_text()) if (path / CONFIG).is_file() else {}
     if data and "format" not in data and "model_kwargs" not in data:  # neither version 2 nor 1
-        foreign = read_foreign_policy(path)
+        foreign = read_foreign_policy(path, foreign_options)
         if foreign is None:
             raise ValueError(f"{path / CONFIG}: neither our policy format nor one a family reads")
         family, files = foreign

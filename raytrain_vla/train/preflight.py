@@ -52,11 +52,14 @@ def check_model_fits_data(cfg: Config) -> tuple[Any, DataSpec]:
             f"'data.image_size': model type {family.name!r} sizes its images itself "
             f"(see model.{family.name}); leave data.image_size empty"
         )
-    spec = open_view(cfg.data, cfg.train.seed, cfg.train.global_batch_size).spec
+    view = open_view(cfg.data, cfg.train.seed, cfg.train.global_batch_size)
+    spec = view.spec
     try:
         config = family.resolve_config(cfg.model.options, spec, cfg.model.init_from, cfg.model.lora)
         with torch.device("meta"):
             family.build(config)
+        # The processor too (its tokenizer, the statistics its normalisation needs).
+        family.processor(config, view.normalizer)
     except (ValueError, FileNotFoundError) as err:
         raise ConfigError(str(err)) from err
     return config, spec

@@ -286,7 +286,7 @@ class SmolVLAFamily(ModelFamily):
             config = dataclasses.replace(config, vlm_path=str(Path(base_dir) / config.vlm_path))
         return config
 
-    def read_foreign(self, path: Path) -> PolicyFiles | None:
+    def read_foreign(self, path: Path, options: dict[str, Any] | None = None) -> PolicyFiles | None:
         """A LeRobot SmolVLA `pretrained_model/` directory, or None if `path` is not one."""
         path = Path(path)
         if not lerobot_io.is_lerobot_dir(path):
@@ -294,6 +294,8 @@ class SmolVLAFamily(ModelFamily):
         data = json.loads((path / lerobot_io.CONFIG).read_text())
         if data.get("type") != "smolvla":
             return None
+        if options:
+            raise ValueError(f"policy.load options {sorted(options)}: smolvla takes none")
         config = lerobot_io.config_from_lerobot(data, path)
         stats = lerobot_io.read_stats(path)
         normalizer = lerobot_io.normalizer_from_stats(

@@ -1,0 +1,1 @@
+"""The pi0 family (models/pi_gemma)."""

@@ -1,0 +1,1 @@
+"""The pi05 family (models/pi_gemma)."""
