@@ -61,12 +61,14 @@ def one_step(model, processor, encoded, noise, time, rows) -> tuple[torch.Tensor
     return loss.detach(), grads
 
 
-def sharded(rank: int, world: int, variant: str, checkpointing: bool) -> dict:
+def sharded(
+    rank: int, world: int, variant: str, checkpointing: bool, precision: str = "fp32"
+) -> dict:
     loaded, encoded, noise, time = fixture_batch(variant)
     family = get_family(variant)
     model = meta_model(family, loaded.model.config)
     freeze_for_config(model, OptimizerConfig())
-    cfg = TrainConfig(precision="fp32", activation_checkpointing=checkpointing)
+    cfg = TrainConfig(precision=precision, activation_checkpointing=checkpointing)
     apply_fsdp(model, init_device_mesh("cpu", (world,)), cfg)
     full = loaded.model.state_dict() if rank == 0 else None
     materialize_from_rank0(model, full, torch.device("cpu"))
@@ -103,3 +105,9 @@ def test_each_rank_holds_half_and_loss_and_gradients_equal_one_process(variant, 
         assert theirs.keys() == grads.keys()
         for name, grad in grads.items():
             torch.testing.assert_close(theirs[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+    # bf16 compute over fp32 master weights: close to fp32, gradients finite and kept in fp32.
+    program = functools.partial(sharded, variant=variant, checkpointing=True, precision="bf16")
+    out = run_distributed(program, tmp_path)
+    torch.testing.assert_close(out["loss"], loss, rtol=3e-2, atol=3e-2)
+    bf16 = {k: v for k, v in out.items() if k.startswith("grad/")}
+    assert bf16 and all(v.dtype == torch.float32 and torch.isfinite(v).all() for v in bf16.values())

@@ -320,7 +320,10 @@ class PiFamily(ModelFamily):
             )
         config = lerobot_io.config_from_lerobot(data, path, options.get("vision_heads"))
         tokenizer = find_tokenizer(
-            options.get("tokenizer", ""), path, config.tokenizer_name, "tokenizer"
+            options.get("tokenizer", ""),
+            path,
+            config.tokenizer_name,
+            "policy.load(..., tokenizer=DIR)",
         )
         config = dataclasses.replace(config, tokenizer_path=str(tokenizer))
         normalizer = normalizer_from_stats(

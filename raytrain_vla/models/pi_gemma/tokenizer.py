@@ -52,7 +52,7 @@ def find_tokenizer(
     raise FileNotFoundError(
         f"no PaliGemma tokenizer found (looked in: {'; '.join(looked)}); download it once "
         f"(`huggingface-cli download {hub_name} --local-dir DIR`, gated: accept its licence "
-        f"first) and set {key}=DIR"
+        f"first) and give it with {key if '(' in key else key + '=DIR'}"
     )
 
 
