@@ -124,3 +124,44 @@ def test_lora_adapts_the_vlm_layers_and_merges_into_lerobot_s_keys(tmp_path):
     layer = model.layers[0].vlm.self_attn.q_proj
     x = torch.randn(2, layer.in_features)
     torch.testing.assert_close(plain.layers[0].vlm.self_attn.q_proj(x), layer(x))
+
+
+@pytest.mark.parametrize("variant, tensors", [("pi0", 778), ("pi05", 813)])
+def test_at_real_size_the_state_dict_is_lerobot_s(variant, tensors):
+    """LeRobot 0.6.1's real pi0 / pi0.5 state dict: 778 / 813 tensors, both LM heads listed
+    (untied), built on the meta device."""
+    from raytrain_vla.models.pi_gemma.config import DEFAULT_NORM, PiConfig
+    from raytrain_vla.models.pi_gemma.lerobot_io import key_map
+    from raytrain_vla.models.pi_gemma.model import PiModel
+
+    config = PiConfig(variant=variant, norm_map=DEFAULT_NORM[variant])
+    with torch.device("meta"):
+        model = PiModel(config)
+    keys = key_map(model)
+    assert len(keys) == tensors
+    shapes = {keys[n]: tuple(p.shape) for n, p in model.state_dict().items()}
+    root = "model.paligemma_with_expert."
+    assert shapes[f"{root}paligemma.lm_head.weight"] == (257152, 2048)
+    assert shapes[f"{root}paligemma.model.language_model.embed_tokens.weight"] == (257152, 2048)
+    assert shapes[f"{root}gemma_expert.model.layers.17.mlp.down_proj.weight"] == (1024, 4096)
+    vision = f"{root}paligemma.model.vision_tower.vision_model."
+    assert shapes[f"{vision}encoder.layers.26.mlp.fc1.weight"] == (4304, 1152)
+    assert shapes[f"{vision}embeddings.position_embedding.weight"] == (256, 1152)
+
+
+def test_select_action_plays_the_chunk_before_predicting_again(monkeypatch):
+    import numpy as np
+
+    loaded = policy.load(PRETRAINED, options={"vision_heads": 2})
+    calls = []
+    predict = loaded._predict
+    monkeypatch.setattr(loaded, "_predict", lambda *a: calls.append(1) or predict(*a))
+    rng = np.random.default_rng(0)
+    observation = {
+        "observation.images.base_0_rgb": rng.random((3, 48, 64), dtype=np.float32),
+        "observation.images.left_wrist_0_rgb": rng.random((3, 48, 64), dtype=np.float32),
+        "observation.state": rng.normal(size=7).astype(np.float32),
+        "task": "open the drawer",
+    }
+    actions = [loaded.select_action(observation) for _ in range(loaded.n_action_steps + 1)]
+    assert loaded.n_action_steps == 8 and len(calls) == 2 and actions[0].shape == (5,)
