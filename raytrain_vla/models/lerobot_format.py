@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from raytrain_vla.common.normalize import ACTION, STATE, Normalizer
-from raytrain_vla.models.lerobot_dir import lerobot_config
+from raytrain_vla.models.lerobot_dir import CONFIG, lerobot_config
 
 WEIGHTS = "model.safetensors"
 PRE, POST = "policy_preprocessor.json", "policy_postprocessor.json"
@@ -109,3 +109,79 @@ def affine_stats(normalizer: Normalizer, feature: str) -> dict[str, np.ndarray]:
             f"{normalizer.modes[feature]!r} cannot be written as LeRobot stats"
         )
     return {"mean": normalizer.shift[feature], "std": normalizer.scale[feature]}
+
+
+def normalizer_step(features: dict, norm_map: dict[str, str], state_file: str) -> dict:
+    """The preprocessor's `normalizer_processor` step."""
+    return {
+        "registry_name": "normalizer_processor",
+        "config": {"eps": NORMALIZER_EPS, "features": features, "norm_map": norm_map},
+        "state_file": state_file,
+    }
+
+
+def unnormalizer_step(action_feature: dict, norm_map: dict[str, str]) -> dict:
+    """The postprocessor's `unnormalizer_processor` step."""
+    return {
+        "registry_name": "unnormalizer_processor",
+        "config": {
+            "eps": NORMALIZER_EPS,
+            "features": {ACTION: action_feature},
+            "norm_map": norm_map,
+        },
+        "state_file": POST_STATS,
+    }
+
+
+def tokenizer_step(max_length: int, padding: str, name: str) -> dict:
+    """The preprocessor's `tokenizer_processor` step (right padding, truncation)."""
+    return {
+        "registry_name": "tokenizer_processor",
+        "config": {
+            "max_length": max_length,
+            "task_key": "task",
+            "padding_side": "right",
+            "padding": padding,
+            "truncation": True,
+            "tokenizer_name": name,
+        },
+    }
+
+
+def device_step(device: str) -> dict:
+    return {"registry_name": "device_processor", "config": {"device": device, "float_dtype": None}}
+
+
+def write_policy_files(
+    staging: Path,
+    lerobot_state: dict[str, torch.Tensor],
+    config_json: dict,
+    processors: tuple[dict, dict],
+    stats: dict[str, dict[str, np.ndarray]],
+    pre_stats_file: str,
+) -> None:
+    """LeRobot's `pretrained_model/` files into `staging`: weights, config, processor JSON and
+    the statistics (visual ones as (C, 1, 1) in the preprocessor's file, as LeRobot keeps them)."""
+    save_file({k: v.contiguous() for k, v in lerobot_state.items()}, str(staging / WEIGHTS))
+    (staging / CONFIG).write_text(json.dumps(config_json, indent=4))
+    pre, post = processors
+    (staging / PRE).write_text(json.dumps(pre, indent=2))
+    (staging / POST).write_text(json.dumps(post, indent=2))
+    visual = {cam for cam in stats if cam.startswith("observation.image")}
+    save_file(flat_stats(stats, visual), str(staging / pre_stats_file))
+    save_file(flat_stats(stats, set()), str(staging / POST_STATS))
+
+
+def rename_lerobot_state(
+    theirs: dict[str, torch.Tensor], mapping: dict[str, str], source: Path
+) -> dict[str, torch.Tensor]:
+    """LeRobot's tensors under our names ({ours: theirs} in `mapping`); a key missing from the
+    file or not in the model is an error naming the file."""
+    missing = sorted(set(mapping.values()) - set(theirs))
+    unexpected = sorted(set(theirs) - set(mapping.values()))
+    if missing or unexpected:
+        raise ValueError(
+            f"{source / WEIGHTS}: does not fit the model built from its config.json "
+            f"(missing {missing[:4]}, unexpected {unexpected[:4]})"
+        )
+    return {ours: theirs[key] for ours, key in mapping.items()}

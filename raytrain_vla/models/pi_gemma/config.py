@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raytrain_vla.models.base import known_fields
-from raytrain_vla.models.smolvla.config import LEROBOT_NORM_MODES, json_safe
+from raytrain_vla.models.lerobot_vla import camera_fields, json_safe, shared_config_problems
 
 PI0, PI05 = "pi0", "pi05"
 # LeRobot's Gemma variants (openpi's `gemma.get_config`): width, MLP, depth, head size.
@@ -81,13 +81,9 @@ class PiConfig:
     lerobot_extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        problems = []
+        problems = shared_config_problems(self)
         if self.variant not in (PI0, PI05):
             problems.append(f"variant {self.variant!r}, expected pi0/pi05")
-        if len(self.camera_sources) != len(self.cameras):
-            problems.append("camera_sources must name one source per camera")
-        if self.n_action_steps > self.chunk_size:
-            problems.append(f"n_action_steps {self.n_action_steps} > chunk_size {self.chunk_size}")
         height, width = self.image_resolution
         if height != width or height % self.patch_size:
             problems.append(
@@ -98,14 +94,6 @@ class PiConfig:
             problems.append(
                 f"vision_width {self.vision_width} is not a multiple of vision_heads "
                 f"{self.vision_heads}"
-            )
-        for kind, mode in self.norm_map.items():
-            if mode not in LEROBOT_NORM_MODES:
-                problems.append(f"norm_map[{kind}] {mode!r}, expected one of {LEROBOT_NORM_MODES}")
-        if self.state_dim > self.max_state_dim or self.action_dim > self.max_action_dim:
-            problems.append(
-                f"state/action dims ({self.state_dim}, {self.action_dim}) exceed max_state_dim/"
-                f"max_action_dim ({self.max_state_dim}, {self.max_action_dim})"
             )
         if problems:
             raise ValueError(f"{self.variant} config: " + "; ".join(problems))
@@ -124,12 +112,4 @@ class PiConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PiConfig:
-        d = known_fields(cls, d)
-        for key in ("cameras", "camera_sources"):
-            if key in d:
-                d[key] = tuple(str(v) for v in d[key])
-        if "camera_shapes" in d:
-            d["camera_shapes"] = tuple(tuple(int(s) for s in v) for v in d["camera_shapes"])
-        if "image_resolution" in d:
-            d["image_resolution"] = tuple(int(v) for v in d["image_resolution"])
-        return cls(**d)
+        return cls(**camera_fields(known_fields(cls, d), ("image_resolution",)))

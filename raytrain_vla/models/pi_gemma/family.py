@@ -15,17 +15,22 @@ from safetensors.torch import load_file
 from raytrain_vla.common.normalize import ACTION, STATE, Normalizer
 from raytrain_vla.common.spec import DataSpec
 from raytrain_vla.config.schema import LoRAConfig
-from raytrain_vla.models.base import InputBudget, ModelFamily, PolicyFiles
+from raytrain_vla.models.base import InputBudget, PolicyFiles
 from raytrain_vla.models.lerobot_dir import CONFIG
 from raytrain_vla.models.lerobot_format import (
     POST_STATS,
     WEIGHTS,
-    affine_stats,
     is_lerobot_dir,
     normalizer_from_stats,
     read_stats,
 )
-from raytrain_vla.models.lora import lora_dict, merge_lora
+from raytrain_vla.models.lerobot_vla import (
+    LeRobotVLAFamily,
+    camera_wiring,
+    given_options,
+    refuse_contradictions,
+)
+from raytrain_vla.models.lora import lora_dict
 from raytrain_vla.models.pi_gemma import lerobot_io
 from raytrain_vla.models.pi_gemma.config import (
     DEFAULT_NORM,
@@ -62,37 +67,12 @@ _REAL_SIZE = {
 }
 
 
-def _camera_wiring(
-    cameras: list[str], mapping: dict[str, str], spec: DataSpec, fixed: bool, key: str
-) -> tuple[list[str], list[str]]:
-    """(model cameras, the dataset camera feeding each or ""). `fixed`: the model's cameras
-    come from a checkpoint; otherwise a fresh model takes the mapping's or the dataset's."""
-    data_cams = spec.camera_keys
-    bad = {k: v for k, v in mapping.items() if v not in data_cams}
-    if bad:
-        raise ValueError(f"'{key}': {bad} name no dataset camera; the dataset has {data_cams}")
-    if not fixed:
-        cameras = list(mapping) or list(data_cams)
-    unknown = [k for k in mapping if k not in cameras]
-    if unknown:
-        raise ValueError(f"'{key}': {unknown} are not cameras of the model; it has {cameras}")
-    sources = [mapping.get(cam, cam if cam in data_cams else "") for cam in cameras]
-    if not any(sources):
-        raise ValueError(
-            f"no dataset camera feeds the model: its cameras are {cameras}, the dataset's "
-            f"{data_cams}; map them with {key}={{MODEL_CAMERA: DATASET_CAMERA}}"
-        )
-    return cameras, sources
-
-
-class PiFamily(ModelFamily):
+class PiFamily(LeRobotVLAFamily):
     """pi0 or pi0.5 (`variant`); the two differ only inside the model and the prompt."""
 
     variant: ClassVar[str]
     config_type = PiConfig
     model_type = PiModel
-    foreign_formats = ("lerobot",)
-    supports_lora = True
     uses_data_image_size = False  # model.<pi>.image_resolution
 
     def _key(self, option: str) -> str:
@@ -112,11 +92,7 @@ class PiFamily(ModelFamily):
                 f"'{self._key('train_expert_only')}' true freezes the whole PaliGemma, but "
                 f"'model.lora.r' {lora.r} adapts it: leave train_expert_only unset (or false)"
             )
-        given = {
-            f.name: getattr(options, f.name)
-            for f in dataclasses.fields(options)
-            if getattr(options, f.name) is not None and f.name not in ("tokenizer_path", "cameras")
-        }
+        given = given_options(options, skip=("tokenizer_path", "cameras"))
         if "image_resolution" in given:
             given["image_resolution"] = tuple(given["image_resolution"])
         if init_from and is_lerobot_dir(init_from):
@@ -128,16 +104,7 @@ class PiFamily(ModelFamily):
                     f"model.type is {self.name!r}"
                 )
             base = lerobot_io.config_from_lerobot(data, policy_dir, options.vision_heads)
-            clash = {
-                k: (v, getattr(base, k))
-                for k, v in given.items()
-                if k in ARCHITECTURE and v != getattr(base, k)
-            }
-            if clash:
-                detail = ", ".join(f"{k}={v!r} (checkpoint: {c!r})" for k, (v, c) in clash.items())
-                raise ValueError(
-                    f"model.{self.name} options contradict model.init_from={init_from}: {detail}"
-                )
+            refuse_contradictions(given, base, ARCHITECTURE, self.name, init_from)
             tokenizer = find_tokenizer(
                 options.tokenizer_path, policy_dir, key=self._key("tokenizer_path")
             )
@@ -151,7 +118,7 @@ class PiFamily(ModelFamily):
             )
             tokenizer = find_tokenizer(options.tokenizer_path, key=self._key("tokenizer_path"))
             fixed = False
-        cameras, sources = _camera_wiring(
+        cameras, sources = camera_wiring(
             list(base.cameras), dict(options.cameras), spec, fixed, self._key("cameras")
         )
         shapes = [
@@ -269,22 +236,8 @@ class PiFamily(ModelFamily):
 
     # --- weights -------------------------------------------------------------------------------
 
-    def checkpoint_keys(self, path: str | Path, model: PiModel) -> dict[str, str] | None:
-        """LeRobot's names for our parameters when `path` is a LeRobot policy directory; under
-        LoRA, a wrapped layer's base weight is the plain weight of our (merged) exports."""
-        if is_lerobot_dir(path):
-            return lerobot_io.key_map(model)
-        if model.config.lora:
-            return {name: name.replace(".base_layer.", ".") for name in model.state_dict()}
-        return None
-
-    def policy_state(
-        self, state: dict[str, torch.Tensor], config: PiConfig
-    ) -> tuple[dict[str, torch.Tensor], PiConfig]:
-        """LoRA adapters merged into their base weights, so a policy loads without peft."""
-        if not config.lora:
-            return state, config
-        return merge_lora(state, config.lora), dataclasses.replace(config, lora={})
+    def lerobot_key_map(self, model: PiModel) -> dict[str, str]:
+        return lerobot_io.key_map(model)
 
     # --- policies ------------------------------------------------------------------------------
 
@@ -334,17 +287,7 @@ class PiFamily(ModelFamily):
         state = lerobot_io.from_lerobot_state(
             load_file(str(path / WEIGHTS)), lerobot_io.key_map(skeleton), path
         )
-        spec = DataSpec(
-            camera_shapes={
-                src: tuple(shape)
-                for src, shape in zip(config.camera_sources, config.camera_shapes, strict=True)
-                if src
-            },
-            state_dim=config.state_dim,
-            action_dim=config.action_dim,
-            chunk_size=config.chunk_size,
-        )
-        return PolicyFiles(state, config, spec, normalizer)
+        return PolicyFiles(state, config, self.policy_spec(config), normalizer)
 
     def write_foreign(
         self,
@@ -362,12 +305,5 @@ class PiFamily(ModelFamily):
             )
         state, config = self.policy_state(state, config)
         theirs = lerobot_io.lerobot_state(state, config)
-        stats = {}
-        for cam, src in zip(config.cameras, config.camera_sources, strict=True):
-            if src in normalizer.stats:
-                stats[cam] = normalizer.stats[src]
-            elif cam in normalizer.stats:
-                stats[cam] = normalizer.stats[cam]
-        for feature in (STATE, ACTION):
-            stats[feature] = normalizer.stats.get(feature) or affine_stats(normalizer, feature)
+        stats = self.lerobot_stats(config, normalizer)
         return lerobot_io.write_lerobot_dir(out_dir, theirs, config, stats)

@@ -22,19 +22,19 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 
 from raytrain_vla.common.atomic import replacing_directory
 from raytrain_vla.common.normalize import ACTION, STATE
 from raytrain_vla.models.lerobot_dir import CONFIG
 from raytrain_vla.models.lerobot_format import (
-    NORMALIZER_EPS,
-    POST,
-    POST_STATS,
-    PRE,
     WEIGHTS,
-    flat_stats,
+    device_step,
+    normalizer_step,
     read_rename_map,
+    rename_lerobot_state,
+    tokenizer_step,
+    unnormalizer_step,
+    write_policy_files,
 )
 from raytrain_vla.models.pi_gemma.config import PI0, PI05, SIGLIP, PiConfig
 from raytrain_vla.models.pi_gemma.tokenizer import TOKENIZER_DIR, copy_tokenizer
@@ -237,26 +237,9 @@ def processor_files(config: PiConfig) -> tuple[dict, dict]:
             "action_names": config.lerobot_extra.get("action_feature_names"),
         },
     }
-    normalizer = {
-        "registry_name": "normalizer_processor",
-        "config": {"eps": NORMALIZER_EPS, "features": features, "norm_map": norm_map},
-        "state_file": pre_stats_file(config.variant),
-    }
-    tokenizer = {
-        "registry_name": "tokenizer_processor",
-        "config": {
-            "max_length": config.tokenizer_max_length,
-            "task_key": "task",
-            "padding_side": "right",
-            "padding": "max_length",
-            "truncation": True,
-            "tokenizer_name": config.tokenizer_name,
-        },
-    }
-    device_step = {
-        "registry_name": "device_processor",
-        "config": {"device": device, "float_dtype": None},
-    }
+    normalizer = normalizer_step(features, norm_map, pre_stats_file(config.variant))
+    tokenizer = tokenizer_step(config.tokenizer_max_length, "max_length", config.tokenizer_name)
+    device = device_step(device)
     head = [
         {"registry_name": "rename_observations_processor", "config": {"rename_map": renames}},
         {"registry_name": "to_batch_processor", "config": {}},
@@ -265,28 +248,20 @@ def processor_files(config: PiConfig) -> tuple[dict, dict]:
         steps = [
             *head,
             {"registry_name": "pi0_new_line_processor", "config": {}},
-            tokenizer, device_step, relative, normalizer,
+            tokenizer, device, relative, normalizer,
         ]  # fmt: skip
     else:
         steps = [
             *head, relative, normalizer,
             {"registry_name": "pi05_prepare_state_tokenizer_processor_step", "config": {}},
-            tokenizer, device_step,
+            tokenizer, device,
         ]  # fmt: skip
     post = {
         "name": "policy_postprocessor",
         "steps": [
-            {
-                "registry_name": "unnormalizer_processor",
-                "config": {
-                    "eps": NORMALIZER_EPS,
-                    "features": {ACTION: features[ACTION]},
-                    "norm_map": norm_map,
-                },
-                "state_file": POST_STATS,
-            },
+            unnormalizer_step(features[ACTION], norm_map),
             {"registry_name": "absolute_actions_processor", "config": {"enabled": False}},
-            {"registry_name": "device_processor", "config": {"device": "cpu", "float_dtype": None}},
+            device_step("cpu"),
         ],
     }
     return {"name": "policy_preprocessor", "steps": steps}, post
@@ -302,14 +277,11 @@ def write_lerobot_dir(
     The tokenizer goes into `tokenizer/` (LeRobot's preprocessor names the hub id)."""
     out_dir = Path(out_dir)
     with replacing_directory(out_dir) as staging:
-        save_file({k: v.contiguous() for k, v in lerobot_state.items()}, str(staging / WEIGHTS))
-        (staging / CONFIG).write_text(json.dumps(config_to_lerobot(config), indent=4))
-        pre, post = processor_files(config)
-        (staging / PRE).write_text(json.dumps(pre, indent=2))
-        (staging / POST).write_text(json.dumps(post, indent=2))
-        visual = {cam for cam in stats if cam.startswith("observation.image")}
-        save_file(flat_stats(stats, visual), str(staging / pre_stats_file(config.variant)))
-        save_file(flat_stats(stats, set()), str(staging / POST_STATS))
+        processors = processor_files(config)
+        write_policy_files(
+            staging, lerobot_state, config_to_lerobot(config), processors, stats,
+            pre_stats_file(config.variant),
+        )  # fmt: skip
         if config.tokenizer_path:
             copy_tokenizer(Path(config.tokenizer_path), staging / TOKENIZER_DIR)
     return out_dir
@@ -332,11 +304,4 @@ def from_lerobot_state(
         theirs[EMBED_KEY] = theirs[LM_HEAD_KEY].clone()
     if LM_HEAD_KEY not in theirs and EMBED_KEY in theirs:
         theirs[LM_HEAD_KEY] = theirs[EMBED_KEY].clone()
-    missing = sorted(set(mapping.values()) - set(theirs))
-    unexpected = sorted(set(theirs) - set(mapping.values()))
-    if missing or unexpected:
-        raise ValueError(
-            f"{source / WEIGHTS}: does not fit the model built from its config.json and weight "
-            f"shapes (missing {missing[:4]}, unexpected {unexpected[:4]})"
-        )
-    return {ours: theirs[key] for ours, key in mapping.items()}
+    return rename_lerobot_state(theirs, mapping, source)

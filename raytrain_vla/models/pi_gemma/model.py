@@ -12,7 +12,6 @@ gathered only around the code that uses it. Parameter names map one to one onto 
 from __future__ import annotations
 
 import math
-import re
 from typing import Any, ClassVar
 
 import torch
@@ -22,14 +21,13 @@ from transformers import SiglipVisionConfig
 from transformers.models.siglip.modeling_siglip import SiglipVisionTransformer
 
 from raytrain_vla.models.attention import make_att_2d_masks, time_embedding
-from raytrain_vla.models.base import ACTION_EXPERT, ADAPTER, BACKBONE, LANGUAGE, VISION, VLAModel
+from raytrain_vla.models.base import ACTION_EXPERT, ADAPTER, BACKBONE, LANGUAGE, VISION
+from raytrain_vla.models.lerobot_vla import LORA, JointLayerModel
 from raytrain_vla.models.lora import inject_lora
 from raytrain_vla.models.pi_gemma.config import NUM_KV_HEADS, PiConfig
 from raytrain_vla.models.pi_gemma.layers import PiGemmaLayer, PiJointLayer, PiRMSNorm, gemma_config
 
-LORA = "lora"  # LoRA adapters (`model.lora`)
 HEADS = "lm_heads"  # the two LM heads: stored by LeRobot, used by no output
-_JOINT = re.compile(r"^layers\.\d+\.(vlm|expert)\.")
 VLM_ROLES = {VISION, ADAPTER, LANGUAGE, BACKBONE}
 
 
@@ -64,7 +62,7 @@ class LMHeads(nn.Module):
         raise RuntimeError("pi0 / pi0.5's LM heads take part in no output")
 
 
-class PiModel(VLAModel):
+class PiModel(JointLayerModel):
     ROLE_PREFIXES: ClassVar[dict[str, tuple[str, ...]]] = {
         VISION: ("vision.",),
         ADAPTER: ("projector.",),
@@ -122,15 +120,6 @@ class PiModel(VLAModel):
 
     # --- the family contract -------------------------------------------------------------------
 
-    @classmethod
-    def role_of(cls, param_name: str) -> str:
-        if ".lora_" in param_name:
-            return LORA
-        joint = _JOINT.match(param_name)
-        if joint:
-            return BACKBONE if joint.group(1) == "vlm" else ACTION_EXPERT
-        return super().role_of(param_name)
-
     @property
     def noise_shape(self) -> tuple[int, int]:
         return self.config.chunk_size, self.config.max_action_dim
@@ -163,9 +152,6 @@ class PiModel(VLAModel):
             for name, _ in self.named_parameters()
             if self.role_of(name) in roles or name.startswith(("lm_heads.", "vlm_norm.", *unused))
         }
-
-    def fresh_parameters(self) -> set[str]:
-        return {name for name, _ in self.named_parameters() if self.role_of(name) == LORA}
 
     # --- embeddings ----------------------------------------------------------------------------
 

@@ -12,9 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raytrain_vla.models.base import known_fields
-
-# LeRobot's normalisation modes (`NormalizationMode`) by feature type.
-LEROBOT_NORM_MODES = ("IDENTITY", "MEAN_STD", "MIN_MAX", "QUANTILES", "QUANTILE10")
+from raytrain_vla.models.lerobot_vla import camera_fields, json_safe, shared_config_problems
 
 
 @dataclass(frozen=True)
@@ -66,9 +64,7 @@ class SmolVLAConfig:
     lerobot_extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        problems = []
-        if len(self.camera_sources) != len(self.cameras):
-            problems.append("camera_sources must name one source per camera")
+        problems = shared_config_problems(self)
         if self.attention_mode not in ("cross_attn", "self_attn"):
             problems.append(
                 f"attention_mode {self.attention_mode!r}, expected cross_attn/self_attn"
@@ -79,18 +75,8 @@ class SmolVLAConfig:
             )
         if self.add_image_special_tokens:
             problems.append("add_image_special_tokens: true is not supported")
-        if self.n_action_steps > self.chunk_size:
-            problems.append(f"n_action_steps {self.n_action_steps} > chunk_size {self.chunk_size}")
         if self.vlm_dtype not in ("float32", "bfloat16"):
             problems.append(f"vlm_dtype {self.vlm_dtype!r}, expected float32/bfloat16")
-        for kind, mode in self.norm_map.items():
-            if mode not in LEROBOT_NORM_MODES:
-                problems.append(f"norm_map[{kind}] {mode!r}, expected one of {LEROBOT_NORM_MODES}")
-        if self.state_dim > self.max_state_dim or self.action_dim > self.max_action_dim:
-            problems.append(
-                f"state/action dims ({self.state_dim}, {self.action_dim}) exceed max_state_dim/"
-                f"max_action_dim ({self.max_state_dim}, {self.max_action_dim})"
-            )
         if problems:
             raise ValueError("SmolVLA config: " + "; ".join(problems))
 
@@ -108,21 +94,4 @@ class SmolVLAConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SmolVLAConfig:
-        d = known_fields(cls, d)
-        for key in ("cameras", "camera_sources"):
-            if key in d:
-                d[key] = tuple(str(v) for v in d[key])
-        if "camera_shapes" in d:
-            d["camera_shapes"] = tuple(tuple(int(s) for s in v) for v in d["camera_shapes"])
-        if "resize_imgs_with_padding" in d:
-            d["resize_imgs_with_padding"] = tuple(int(v) for v in d["resize_imgs_with_padding"])
-        return cls(**d)
-
-
-def json_safe(value: Any) -> Any:
-    """Tuples become lists, recursively (what JSON gives back)."""
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    return value
+        return cls(**camera_fields(known_fields(cls, d), ("resize_imgs_with_padding",)))

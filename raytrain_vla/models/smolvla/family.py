@@ -15,9 +15,15 @@ from transformers import AutoTokenizer
 from raytrain_vla.common.normalize import ACTION, STATE, Normalizer
 from raytrain_vla.common.spec import DataSpec
 from raytrain_vla.config.schema import LoRAConfig
-from raytrain_vla.models.base import InputBudget, ModelFamily, PolicyFiles
-from raytrain_vla.models.lerobot_format import affine_stats
-from raytrain_vla.models.lora import lora_dict, merge_lora
+from raytrain_vla.models.base import InputBudget, PolicyFiles
+from raytrain_vla.models.lerobot_format import rename_lerobot_state
+from raytrain_vla.models.lerobot_vla import (
+    LeRobotVLAFamily,
+    camera_wiring,
+    given_options,
+    refuse_contradictions,
+)
+from raytrain_vla.models.lora import lora_dict
 from raytrain_vla.models.smolvla import lerobot_io
 from raytrain_vla.models.smolvla.config import SmolVLAConfig
 from raytrain_vla.models.smolvla.model import SmolVLA, vlm_config_of
@@ -46,40 +52,11 @@ def _vlm_config(vlm_path: str, key: str = "model.smolvla.vlm_path") -> dict[str,
     return data
 
 
-def _camera_wiring(
-    cameras: list[str], mapping: dict[str, str], spec: DataSpec, fixed: bool
-) -> tuple[list[str], list[str]]:
-    """(model cameras, the dataset camera feeding each or ""). `fixed`: the model's cameras
-    come from a checkpoint; otherwise a fresh model takes the mapping's or the dataset's."""
-    data_cams = spec.camera_keys
-    bad = {k: v for k, v in mapping.items() if v not in data_cams}
-    if bad:
-        raise ValueError(
-            f"'model.smolvla.cameras': {bad} name no dataset camera; the dataset has {data_cams}"
-        )
-    if not fixed:
-        cameras = list(mapping) or list(data_cams)
-    unknown = [k for k in mapping if k not in cameras]
-    if unknown:
-        raise ValueError(
-            f"'model.smolvla.cameras': {unknown} are not cameras of the model; it has {cameras}"
-        )
-    sources = [mapping.get(cam, cam if cam in data_cams else "") for cam in cameras]
-    if not any(sources):
-        raise ValueError(
-            f"no dataset camera feeds the model: its cameras are {cameras}, the dataset's "
-            f"{data_cams}; map them with model.smolvla.cameras={{MODEL_CAMERA: DATASET_CAMERA}}"
-        )
-    return cameras, sources
-
-
-class SmolVLAFamily(ModelFamily):
+class SmolVLAFamily(LeRobotVLAFamily):
     name = "smolvla"
     options_type = SmolVLAOptions
     config_type = SmolVLAConfig
     model_type = SmolVLA
-    foreign_formats = ("lerobot",)
-    supports_lora = True
     uses_data_image_size = False  # model.smolvla.resize_imgs_with_padding
 
     def resolve_config(
@@ -96,25 +73,12 @@ class SmolVLAFamily(ModelFamily):
                 "'model.smolvla.train_expert_only' true freezes the whole VLM, but 'model.lora.r' "
                 f"{lora.r} adapts it: leave train_expert_only unset (or false) to train adapters"
             )
-        given = {
-            f.name: getattr(options, f.name)
-            for f in dataclasses.fields(options)
-            if getattr(options, f.name) is not None and f.name not in ("vlm_path", "cameras")
-        }
+        given = given_options(options, skip=("vlm_path", "cameras"))
         if init_from and lerobot_io.is_lerobot_dir(init_from):
             policy_dir = Path(init_from)
             data = json.loads((policy_dir / lerobot_io.CONFIG).read_text())
             base = lerobot_io.config_from_lerobot(data, policy_dir, options.vlm_path or None)
-            clash = {
-                k: (v, getattr(base, k))
-                for k, v in given.items()
-                if k in ARCHITECTURE and v != getattr(base, k)
-            }
-            if clash:
-                detail = ", ".join(f"{k}={v!r} (checkpoint: {c!r})" for k, (v, c) in clash.items())
-                raise ValueError(
-                    f"model.smolvla options contradict model.init_from={init_from}: {detail}"
-                )
+            refuse_contradictions(given, base, ARCHITECTURE, "smolvla", init_from)
             fixed_cameras = True
         else:
             if not options.vlm_path:
@@ -131,8 +95,8 @@ class SmolVLAFamily(ModelFamily):
                 load_vlm_weights=bool(self._vlm_weight_files(vlm_path)),
             )
             fixed_cameras = False
-        cameras, sources = _camera_wiring(
-            list(base.cameras), dict(options.cameras), spec, fixed_cameras
+        cameras, sources = camera_wiring(
+            list(base.cameras), dict(options.cameras), spec, fixed_cameras, "model.smolvla.cameras"
         )
         shapes = [
             spec.camera_shapes[src]
@@ -254,23 +218,8 @@ class SmolVLAFamily(ModelFamily):
             )
         return loaded
 
-    def checkpoint_keys(self, path: str | Path, model: SmolVLA) -> dict[str, str] | None:
-        """LeRobot's names for our parameters when `path` is a LeRobot policy directory; under
-        LoRA, a wrapped layer's base weight is the plain weight of our (merged) exports."""
-        if lerobot_io.is_lerobot_dir(path):
-            return lerobot_io.key_map(model, model.config)
-        if model.config.lora:
-            return {name: name.replace(".base_layer.", ".") for name in model.state_dict()}
-        return None
-
-    def policy_state(
-        self, state: dict[str, torch.Tensor], config: SmolVLAConfig
-    ) -> tuple[dict[str, torch.Tensor], SmolVLAConfig]:
-        """LoRA adapters merged into their base weights (W + B A alpha / r), so a policy loads
-        without peft and runs at the plain model's cost."""
-        if not config.lora:
-            return state, config
-        return merge_lora(state, config.lora), dataclasses.replace(config, lora={})
+    def lerobot_key_map(self, model: SmolVLA) -> dict[str, str]:
+        return lerobot_io.key_map(model, model.config)
 
     # --- policies ------------------------------------------------------------------------------
 
@@ -310,25 +259,8 @@ class SmolVLAFamily(ModelFamily):
             skeleton = SmolVLA(config)
         theirs = load_file(str(path / lerobot_io.WEIGHTS))
         mapping = lerobot_io.key_map(skeleton, config)
-        missing = sorted(set(mapping.values()) - set(theirs))
-        unexpected = sorted(set(theirs) - set(mapping.values()))
-        if missing or unexpected:
-            raise ValueError(
-                f"{path / lerobot_io.WEIGHTS}: does not fit SmolVLA built from its config.json "
-                f"(missing {missing[:4]}, unexpected {unexpected[:4]})"
-            )
-        state = {ours: theirs[key] for ours, key in mapping.items()}
-        spec = DataSpec(
-            camera_shapes={
-                src: tuple(shape)
-                for src, shape in zip(config.camera_sources, config.camera_shapes, strict=True)
-                if src
-            },
-            state_dim=config.state_dim,
-            action_dim=config.action_dim,
-            chunk_size=config.chunk_size,
-        )
-        return PolicyFiles(state, config, spec, normalizer)
+        state = rename_lerobot_state(theirs, mapping, path)
+        return PolicyFiles(state, config, self.policy_spec(config), normalizer)
 
     def write_foreign(
         self,
@@ -349,15 +281,7 @@ class SmolVLAFamily(ModelFamily):
             skeleton = SmolVLA(config)
         mapping = lerobot_io.key_map(skeleton, config)
         theirs = {mapping[name]: tensor for name, tensor in state.items()}
-        # Our dataset cameras take the model's camera names; state and action keep theirs.
-        stats = {}
-        for cam, src in zip(config.cameras, config.camera_sources, strict=True):
-            if src in normalizer.stats:
-                stats[cam] = normalizer.stats[src]
-            elif cam in normalizer.stats:
-                stats[cam] = normalizer.stats[cam]
-        for feature in (STATE, ACTION):
-            stats[feature] = normalizer.stats.get(feature) or affine_stats(normalizer, feature)
+        stats = self.lerobot_stats(config, normalizer)
         config = dataclasses.replace(config, norm_map=lerobot_io.norm_map_for(normalizer))
         return lerobot_io.write_lerobot_dir(out_dir, theirs, config, stats)
 

@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
 
 from raytrain_vla.common.atomic import replacing_directory
 from raytrain_vla.common.normalize import ACTION, STATE
@@ -33,12 +32,16 @@ from raytrain_vla.models.lerobot_format import (  # noqa: F401 (smolvla's caller
     POST_STATS,
     PRE,
     WEIGHTS,
-    flat_stats,
+    device_step,
     is_lerobot_dir,
     norm_map_for,
     normalizer_from_stats,
+    normalizer_step,
     read_rename_map,
     read_stats,
+    tokenizer_step,
+    unnormalizer_step,
+    write_policy_files,
 )
 from raytrain_vla.models.smolvla.config import SmolVLAConfig
 from raytrain_vla.models.smolvla.model import expert_layer_index
@@ -195,42 +198,18 @@ def processor_files(config: SmolVLAConfig) -> tuple[dict, dict]:
             {"registry_name": "rename_observations_processor", "config": {"rename_map": renames}},
             {"registry_name": "to_batch_processor", "config": {}},
             {"registry_name": "smolvla_new_line_processor", "config": {}},
-            {
-                "registry_name": "tokenizer_processor",
-                "config": {
-                    "max_length": config.tokenizer_max_length,
-                    "task_key": "task",
-                    "padding_side": "right",
-                    "padding": config.pad_language_to,
-                    "truncation": True,
-                    "tokenizer_name": config.vlm_model_name or config.vlm_path,
-                },
-            },
-            {
-                "registry_name": "device_processor",
-                "config": {"device": device, "float_dtype": None},
-            },
-            {
-                "registry_name": "normalizer_processor",
-                "config": {"eps": NORMALIZER_EPS, "features": features, "norm_map": norm_map},
-                "state_file": PRE_STATS,
-            },
+            tokenizer_step(
+                config.tokenizer_max_length,
+                config.pad_language_to,
+                config.vlm_model_name or config.vlm_path,
+            ),
+            device_step(device),
+            normalizer_step(features, norm_map, PRE_STATS),
         ],
     }
     post = {
         "name": "policy_postprocessor",
-        "steps": [
-            {
-                "registry_name": "unnormalizer_processor",
-                "config": {
-                    "eps": NORMALIZER_EPS,
-                    "features": {ACTION: features[ACTION]},
-                    "norm_map": norm_map,
-                },
-                "state_file": POST_STATS,
-            },
-            {"registry_name": "device_processor", "config": {"device": "cpu", "float_dtype": None}},
-        ],
+        "steps": [unnormalizer_step(features[ACTION], norm_map), device_step("cpu")],
     }
     return pre, post
 
@@ -244,14 +223,10 @@ def write_lerobot_dir(
     """Written into a staging sibling, then swapped in (nothing half-written is ever visible)."""
     out_dir = Path(out_dir)
     with replacing_directory(out_dir) as staging:
-        save_file({k: v.contiguous() for k, v in lerobot_state.items()}, str(staging / WEIGHTS))
-        (staging / CONFIG).write_text(json.dumps(config_to_lerobot(config), indent=4))
-        pre, post = processor_files(config)
-        (staging / PRE).write_text(json.dumps(pre, indent=2))
-        (staging / POST).write_text(json.dumps(post, indent=2))
-        visual = {cam for cam in stats if cam.startswith("observation.image")}
-        save_file(flat_stats(stats, visual), str(staging / PRE_STATS))
-        save_file(flat_stats(stats, set()), str(staging / POST_STATS))
+        processors = processor_files(config)
+        write_policy_files(
+            staging, lerobot_state, config_to_lerobot(config), processors, stats, PRE_STATS
+        )
         name = config.vlm_model_name or config.vlm_path
         if not Path(name).is_absolute() and Path(config.vlm_path).is_dir():
             # A relative VLM path: its config and tokenizer (no weights) go inside, where

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import math
-import re
 from typing import Any, ClassVar
 
 import torch
@@ -20,14 +19,13 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import AutoModel, SmolVLMConfig, SmolVLMForConditionalGeneration
 
-from raytrain_vla.models.base import ACTION_EXPERT, ADAPTER, BACKBONE, LANGUAGE, VISION, VLAModel
+from raytrain_vla.models.base import ACTION_EXPERT, ADAPTER, BACKBONE, LANGUAGE, VISION
+from raytrain_vla.models.lerobot_vla import LORA, JointLayerModel
 from raytrain_vla.models.lora import inject_lora
 from raytrain_vla.models.smolvla.config import SmolVLAConfig
 from raytrain_vla.models.smolvla.layers import JointLayer, make_att_2d_masks, time_embedding
 
 STATE = "state"  # the state projection: LeRobot's `train_state_proj` freezes it
-LORA = "lora"  # LoRA adapters (`model.lora`)
-_JOINT = re.compile(r"^layers\.\d+\.(vlm|expert)\.")
 VLM_ROLES = {VISION, ADAPTER, LANGUAGE, BACKBONE}
 
 
@@ -49,7 +47,7 @@ def expert_layer_index(config: SmolVLAConfig, depth: int, num_expert_layers: int
     return depth // multiple_of if multiple_of > 0 else depth
 
 
-class SmolVLA(VLAModel):
+class SmolVLA(JointLayerModel):
     ROLE_PREFIXES: ClassVar[dict[str, tuple[str, ...]]] = {
         VISION: ("vlm.model.vision_model.",),
         ADAPTER: ("vlm.model.connector.",),
@@ -128,15 +126,6 @@ class SmolVLA(VLAModel):
 
     # --- the family contract -------------------------------------------------------------------
 
-    @classmethod
-    def role_of(cls, param_name: str) -> str:
-        if ".lora_" in param_name:
-            return LORA
-        joint = _JOINT.match(param_name)
-        if joint:
-            return BACKBONE if joint.group(1) == "vlm" else ACTION_EXPERT
-        return super().role_of(param_name)
-
     @property
     def noise_shape(self) -> tuple[int, int]:
         return self.config.chunk_size, self.config.max_action_dim
@@ -165,9 +154,6 @@ class SmolVLA(VLAModel):
             for name, _ in self.named_parameters()
             if self.role_of(name) in roles or name.startswith(always)
         }
-
-    def fresh_parameters(self) -> set[str]:
-        return {name for name, _ in self.named_parameters() if self.role_of(name) == LORA}
 
     # --- embeddings ----------------------------------------------------------------------------
 
