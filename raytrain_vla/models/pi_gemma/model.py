@@ -27,7 +27,7 @@ from raytrain_vla.models.lora import inject_lora
 from raytrain_vla.models.pi_gemma.config import NUM_KV_HEADS, PiConfig
 from raytrain_vla.models.pi_gemma.layers import PiGemmaLayer, PiJointLayer, PiRMSNorm, gemma_config
 
-HEADS = "lm_heads"  # the two LM heads: stored by LeRobot, used by no output
+INIT_STD = 0.02  # transformers' `initializer_range` for Gemma and PaliGemma
 VLM_ROLES = {VISION, ADAPTER, LANGUAGE, BACKBONE}
 
 
@@ -115,8 +115,19 @@ class PiModel(JointLayerModel):
             self.state_proj = nn.Linear(config.max_state_dim, width)
             self.action_time_mlp_in = nn.Linear(2 * width, width)
             self.action_time_mlp_out = nn.Linear(width, width)
+        self._init_as_lerobot()
         if config.lora:
             inject_lora(self, config.lora, r"layers\.\d+\.vlm\.")
+
+    @torch.no_grad()
+    def _init_as_lerobot(self) -> None:
+        """A fresh model's weights as a fresh LeRobot policy's: `transformers`' init (normal,
+        std 0.02) for the token embedding, the projector and the LM heads, where plain modules
+        would take N(0, 1) and Kaiming; the rest keeps torch's and SigLIP's own init, as LeRobot's."""
+        for weight in (self.embed_tokens.weight, self.projector.weight, self.lm_heads.vlm.weight,
+                       self.lm_heads.expert.weight):  # fmt: skip
+            weight.normal_(0.0, INIT_STD)
+        self.projector.bias.zero_()
 
     # --- the family contract -------------------------------------------------------------------
 
