@@ -46,7 +46,10 @@ def test_lr_groups_from_the_command_line():
         (["--eval.episodes=-1"], "'eval.episodes'"),
         (["--eval.n_action_steps=9"], "'eval.n_action_steps'"),
         (["--logging.ray_train_log_level=LOUD"], "'logging.ray_train_log_level'"),
-        (["--model.type=pi0"], "'model.type': 'pi0', expected one of ('flow_vla', 'smolvla'"),
+        (
+            ["--model.type=octo"],
+            "'model.type': 'octo', expected one of ('flow_vla', 'smolvla', 'toy_mlp', 'pi0', 'pi05')",
+        ),
         (["--model.smolvla.pad_language_to=short"], "'model.smolvla.pad_language_to': 'short'"),
         (["--model.lora.r=-1"], "'model.lora'"),
         (["--model.lora.dropout=1.5"], "'model.lora'"),

@@ -50,7 +50,7 @@ from raytrain_vla.models.pi_gemma.tokenizer import (
     load_tokenizer,
 )
 
-# Option name -> PiConfig field where they differ (none today; kept explicit).
+# LeRobot's real size: what a fresh model (no `model.init_from`) is built at by default.
 _REAL_SIZE = {
     "vlm_width": GEMMA_VARIANTS["gemma_2b"]["width"],
     "vlm_mlp_dim": GEMMA_VARIANTS["gemma_2b"]["mlp_dim"],
