@@ -23,3 +23,13 @@ def lerobot_config(path: str | Path) -> dict[str, Any] | None:
     if isinstance(data, dict) and "type" in data and "format" not in data:
         return data
     return None
+
+
+def checkpoint_chunk_size(init_from: str, default: int, default_source: str) -> tuple[int, str]:
+    """A LeRobot checkpoint's own `chunk_size` (LeRobot fine-tunes with it) and where it came
+    from, else `default`; for a family's `default_chunk_size`."""
+    data = lerobot_config(init_from) if init_from else None
+    chunk = data.get("chunk_size") if data else None
+    if isinstance(chunk, int) and not isinstance(chunk, bool) and chunk > 0:
+        return chunk, f"the chunk_size of model.init_from's {CONFIG}"
+    return default, default_source

@@ -88,7 +88,8 @@ def camera_fields(data: dict[str, Any], pairs: tuple[str, ...] = ()) -> dict[str
 
 class JointLayerModel(VLAModel):
     """A model whose joint layers are `layers.N.vlm` (the VLM's, role backbone) and
-    `layers.N.expert` (the action expert's), with LoRA adapters as their own role."""
+    `layers.N.expert` (the action expert's), with LoRA adapters as their own role, trained on
+    LeRobot's per-element flow loss."""
 
     @classmethod
     def role_of(cls, param_name: str) -> str:
@@ -101,6 +102,21 @@ class JointLayerModel(VLAModel):
 
     def fresh_parameters(self) -> set[str]:
         return {name for name, _ in self.named_parameters() if self.role_of(name) == LORA}
+
+    @abstractmethod
+    def velocity(
+        self, batch: dict[str, Any], x_t: torch.Tensor, time: torch.Tensor
+    ) -> torch.Tensor:
+        """v(x_t, t) (B, chunk, max_action_dim) with prefix and expert tokens in one pass."""
+
+    def flow_losses(
+        self, batch: dict[str, Any], noise: torch.Tensor, time: torch.Tensor
+    ) -> torch.Tensor:
+        """Per-element (u_t - v_t)^2 (B, chunk, max_action_dim), as LeRobot's model.forward."""
+        actions, noise, time = batch["actions"].float(), noise.float(), time.float()
+        t = time[:, None, None]
+        x_t = t * noise + (1 - t) * actions
+        return F.mse_loss(noise - actions, self.velocity(batch, x_t, time), reduction="none")
 
 
 class LeRobotVLAProcessor(InputProcessor):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from raytrain_vla.config.families import FamilyOptions
-from raytrain_vla.models.lerobot_dir import CONFIG, lerobot_config
+from raytrain_vla.models.lerobot_dir import checkpoint_chunk_size
 
 # Architecture options: None takes the `model.init_from` checkpoint's value (read from its
 # weights' shapes), else LeRobot's real size (PaliGemma 2B with SigLIP So400m, Gemma 300M).
@@ -68,11 +68,9 @@ class PiOptions(FamilyOptions):
 
     def default_chunk_size(self, init_from: str) -> tuple[int, str]:
         """A LeRobot checkpoint's own `chunk_size` (LeRobot fine-tunes with it), else 50."""
-        data = lerobot_config(init_from) if init_from else None
-        chunk = data.get("chunk_size") if data else None
-        if isinstance(chunk, int) and not isinstance(chunk, bool) and chunk > 0:
-            return chunk, f"the chunk_size of model.init_from's {CONFIG}"
-        return self.DEFAULT_CHUNK_SIZE, "LeRobot's pi0 / pi0.5 default"
+        return checkpoint_chunk_size(
+            init_from, self.DEFAULT_CHUNK_SIZE, "LeRobot's pi0 / pi0.5 default"
+        )
 
     def check(self, key: str) -> None:
         for name in (*ARCHITECTURE[:-1], "tokenizer_max_length", "num_inference_steps"):

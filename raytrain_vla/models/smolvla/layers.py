@@ -1,4 +1,4 @@
-"""SmolVLA's math that is not a `transformers` module: RoPE, masks, attention, the joint layer.
+"""SmolVLA's joint layer and the projections around it (RoPE, masks and attention: `models/attention.py`).
 
 Every function reproduces LeRobot 0.6.1's SmolVLA (`smolvlm_with_expert.py`, `vla_utils.py`)
 operation for operation, so float32 results agree to reordering noise (the fixture's README lists

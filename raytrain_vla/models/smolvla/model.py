@@ -224,15 +224,6 @@ class SmolVLA(JointLayerModel):
             prefix, suffix, _ = layer(prefix, suffix, mask, positions)
         return self._velocity(suffix)
 
-    def flow_losses(
-        self, batch: dict[str, Any], noise: torch.Tensor, time: torch.Tensor
-    ) -> torch.Tensor:
-        """Per-element (u_t - v_t)^2 (B, chunk, max_action_dim), as LeRobot's model.forward."""
-        actions, noise, time = batch["actions"].float(), noise.float(), time.float()
-        t = time[:, None, None]
-        x_t = t * noise + (1 - t) * actions
-        return F.mse_loss(noise - actions, self.velocity(batch, x_t, time), reduction="none")
-
     def forward(
         self, batch: dict[str, Any], noise: torch.Tensor, time: torch.Tensor
     ) -> torch.Tensor:

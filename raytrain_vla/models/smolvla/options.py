@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from raytrain_vla.config.families import FamilyOptions
-from raytrain_vla.models.lerobot_dir import CONFIG, lerobot_config
+from raytrain_vla.models.lerobot_dir import checkpoint_chunk_size
 
 # Choices as named aliases: draccus's field-comment reader (for --help) skips quoted types.
 AttentionMode = Literal["cross_attn", "self_attn"]
@@ -55,11 +55,9 @@ class SmolVLAOptions(FamilyOptions):
 
     def default_chunk_size(self, init_from: str) -> tuple[int, str]:
         """A LeRobot checkpoint's own `chunk_size` (LeRobot fine-tunes with it), else 50."""
-        data = lerobot_config(init_from) if init_from else None
-        chunk = data.get("chunk_size") if data else None
-        if isinstance(chunk, int) and not isinstance(chunk, bool) and chunk > 0:
-            return chunk, f"the chunk_size of model.init_from's {CONFIG}"
-        return self.DEFAULT_CHUNK_SIZE, "LeRobot's SmolVLA default"
+        return checkpoint_chunk_size(
+            init_from, self.DEFAULT_CHUNK_SIZE, "LeRobot's SmolVLA default"
+        )
 
 
 OPTIONS = SmolVLAOptions  # what models/registry.py registers
