@@ -26,6 +26,9 @@ RESUMABLE_KEYS = (
     "train.peak_tflops",
     "train.cpu_offload",
     "train.reshard_after_forward",
+    "train.dp_shard",  # DCP reshards between meshes
+    "train.frozen_params",  # where frozen weights live, not their values
+    "train.async_checkpoint",
     "train.log_interval",
     "train.val_interval",
     "train.save_interval",

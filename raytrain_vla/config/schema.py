@@ -12,6 +12,7 @@ NormalizationMode = Literal["mean_std", "min_max", "quantile", "quantile10"]
 OptimizerType = Literal["adamw"]
 SchedulerType = Literal["constant", "cosine"]
 Precision = Literal["fp32", "bf16"]
+FrozenParams = Literal["auto", "replicate", "shard"]
 ResumeMode = Literal["auto", "never"]
 WandbMode = Literal["offline", "online", "disabled"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
@@ -200,6 +201,16 @@ class TrainConfig:
     cpu_offload: bool = False  # FSDP2 parameters and optimizer state on CPU between uses
     # FSDP2: free gathered parameters after forward (less memory, one more all-gather).
     reshard_after_forward: bool = True
+    # HSDP: ranks per shard group (a 2-D mesh, replicated across groups, e.g. the GPUs of one
+    # node); 0 shards across every worker. Every world size must be a multiple of it.
+    dp_shard: int = 0
+    # Frozen parameters (never in the optimizer or a checkpoint): replicate keeps a full copy on
+    # every rank in the compute dtype, never all-gathered; shard treats them as FSDP2 does the
+    # trained ones; auto replicates them when they take at most a quarter of a rank's memory.
+    frozen_params: FrozenParams = "auto"
+    # Save checkpoints in the background (DCP async_save): the step loop goes on while the
+    # state, staged to host memory, is written; Ray Train registers it once complete.
+    async_checkpoint: bool = False
     seed: int = 0  # model init, noise, the sample plan and the validation split
     log_interval: int = 100  # steps between metric lines
     val_interval: int = 1000  # steps between validations

@@ -55,6 +55,7 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"bad value for 'ray.num_workers': {workers}, expected N or [min, max]")
     for w in range(lo, hi + 1):
         check_batch_layout(cfg.train.global_batch_size, cfg.train.micro_batch_size, w)
+    _check_mesh(cfg.train.dp_shard, lo, hi)
     if cfg.data.image_size and (len(cfg.data.image_size) != 2 or min(cfg.data.image_size) < 1):
         raise ConfigError(
             f"bad value for 'data.image_size': {cfg.data.image_size}, expected [H, W] or []"
@@ -148,6 +149,25 @@ def _check_run_name(name: str) -> None:
         raise ConfigError(
             f"bad value for 'ray.run_name': {name!r}, expected one directory name (no '/', '\\', "
             "and not '.' or '..'), so the run stays inside 'ray.storage_path'"
+        )
+
+
+def _check_mesh(dp_shard: int, lo: int, hi: int) -> None:
+    """HSDP needs every world size the run may take to be whole shard groups."""
+    if dp_shard < 0:
+        raise ConfigError(
+            f"bad value for 'train.dp_shard': {dp_shard}, expected 0 (shard across every "
+            "worker) or the shard-group size"
+        )
+    if not dp_shard:
+        return
+    uneven = [w for w in range(lo, hi + 1) if w % dp_shard]
+    if uneven:
+        span = f"{lo}" if lo == hi else f"[{lo}, {hi}]"
+        raise ConfigError(
+            f"bad value for 'train.dp_shard': {dp_shard} does not divide world size "
+            f"{uneven[0]} (ray.num_workers={span}); expected a divisor of every world size the "
+            "run may take, or 0"
         )
 
 

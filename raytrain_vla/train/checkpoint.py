@@ -17,6 +17,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import yaml
 from torch import nn
@@ -66,10 +67,40 @@ def save_checkpoint(
     `policy` (the model family's config, data shapes, tasks) lets `consolidate` rebuild the
     model from the checkpoint alone. `frozen` parameters are not written.
     """
-    directory.mkdir(parents=True, exist_ok=True)
+    write_sidecars(directory, scheduler, train_state, rank, config_yaml, normalizer, policy)
+    write_tensors(directory, tensor_state(model, optimizer, frozen), rank)
+
+
+def write_tensors(
+    directory: Path, state: dict, rank: int, group: dist.ProcessGroup | None = None
+) -> None:
+    """Collective over `group`: DCP shards, then the manifest, which completes the checkpoint."""
+    dcp.save(state, checkpoint_id=str(directory), process_group=group)
+    write_manifest(directory, rank, group)  # last: a checkpoint with a manifest is complete
+
+
+def tensor_state(
+    model: nn.Module, optimizer: torch.optim.Optimizer, frozen: Collection[str] = ()
+) -> dict:
+    """What DCP writes: model (but the frozen parameters) and optimizer, as this rank's shards."""
     model_sd, optim_sd = get_state_dict(model, optimizer)
-    model_sd = {k: v for k, v in model_sd.items() if k not in frozen}
-    dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=str(directory))
+    return {
+        "model": {k: v for k, v in model_sd.items() if k not in frozen},
+        "optimizer": optim_sd,
+    }
+
+
+def write_sidecars(
+    directory: Path,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    train_state: TrainState,
+    rank: int,
+    config_yaml: str,
+    normalizer: Normalizer,
+    policy: PolicyMeta,
+) -> None:
+    """Everything but the tensors: this rank's RNG, and on rank 0 the JSON/YAML files."""
+    directory.mkdir(parents=True, exist_ok=True)
     (directory / RNG_DIR).mkdir(exist_ok=True)
     torch.save(rng_state(), directory / RNG_DIR / f"rank{rank}.pt")
     if rank == 0:
@@ -78,7 +109,6 @@ def save_checkpoint(
         write_text_atomic(directory / CONFIG, config_yaml)
         normalizer.save(directory / NORMALIZATION)
         write_text_atomic(directory / CHECKPOINT_META, json.dumps(policy.to_dict(), indent=2))
-    write_manifest(directory, rank)  # last: a checkpoint with a manifest is complete
 
 
 def load_checkpoint(

@@ -30,16 +30,17 @@ def digest_directory(directory: Path) -> dict[str, dict[str, int]]:
     }
 
 
-def write_manifest(directory: Path, rank: int) -> None:
-    """Collective when a process group is up: rank 0 writes every rank's digests."""
+def write_manifest(directory: Path, rank: int, group: dist.ProcessGroup | None = None) -> None:
+    """Collective (over `group`, default the world) when a process group is up: rank 0 writes
+    every rank's digests."""
     distributed = dist.is_available() and dist.is_initialized()
     if distributed:
-        dist.barrier()  # every rank's files are final (ranks may share one directory)
+        dist.barrier(group=group)  # every rank's files are final (ranks may share one directory)
     mine = digest_directory(directory)
     parts: list = [mine]
     if distributed:
         parts = [None] * dist.get_world_size()
-        dist.all_gather_object(parts, mine)
+        dist.all_gather_object(parts, mine, group=group)
     if rank == 0:
         files: dict[str, dict[str, int]] = {}
         for part in parts:

@@ -10,6 +10,7 @@ on one rank can never deadlock the others:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -25,6 +26,14 @@ NoiseFn = Callable[[int, list[int]], tuple[torch.Tensor, torch.Tensor]]
 
 def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if hasattr(t, "to_local") else t
+
+
+def _copies(t: torch.Tensor) -> int:
+    """How many ranks hold each shard of `t`: the replicate degree under HSDP, else 1. Summing
+    squares over every rank then counts each gradient element that many times."""
+    placements = getattr(t, "placements", ())
+    mesh = getattr(t, "device_mesh", None)
+    return math.prod(mesh.size(i) for i, p in enumerate(placements) if p.is_replicate())
 
 
 def _float_tensors(batch: dict) -> list[torch.Tensor]:
@@ -152,12 +161,13 @@ class StepRunner:
 
     def update(self, loss_sum: torch.Tensor, zeroed: torch.Tensor, bad: torch.Tensor) -> dict:
         # One all-reduce carries per-group squared grad norms plus the loss and guard counters.
+        # Under HSDP every replica holds the same shards: each counts 1/replicas of its squares.
         squares = []
         for params in self.group_params:
             sq = torch.zeros((), device=self.device)
             for p in params:
                 if p.grad is not None:
-                    sq = sq + _local(p.grad).float().pow(2).sum()
+                    sq = sq + _local(p.grad).float().pow(2).sum() / _copies(p.grad)
             squares.append(sq)
         packed = torch.stack([*squares, loss_sum, zeroed, bad])
         if self.distributed:

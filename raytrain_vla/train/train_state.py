@@ -1,6 +1,6 @@
 """What a checkpoint records besides tensors: the train state, RNG states, frozen checksums.
 
-Pure (no distributed state besides the checksum's all-reduce), so it round-trips in unit tests.
+Pure (no distributed state), so it round-trips in unit tests.
 """
 
 from __future__ import annotations
@@ -14,9 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from torch import nn
-from torch.distributed.tensor import DTensor
 
 TRAIN_STATE = "train_state.json"
 RNG_DIR = "rng"
@@ -53,18 +51,14 @@ class TrainState:
 
 
 def frozen_checksum(model: nn.Module, frozen: Collection[str]) -> list[float]:
-    """Collective when distributed: [sum, sum of squares] over every rank's shards."""
+    """[sum, sum of squares] in float64 over the frozen parameters of a whole (unsharded)
+    model: the trainer's init source on rank 0, or the one `consolidate` rebuilds."""
     params = dict(model.named_parameters())
     acc = torch.zeros(2, dtype=torch.float64)
     for name in sorted(frozen):
-        param = params[name].detach()
-        local = (param.to_local() if isinstance(param, DTensor) else param).double()
-        acc += torch.stack([local.sum(), local.square().sum()]).cpu()
-    if dist.is_available() and dist.is_initialized():
-        if dist.get_backend() == "nccl":  # nccl reduces device tensors only
-            acc = acc.cuda()
-        dist.all_reduce(acc)
-    return acc.cpu().tolist()
+        value = params[name].detach().double()
+        acc += torch.stack([value.sum(), value.square().sum()]).cpu()
+    return acc.tolist()
 
 
 def check_frozen(state: TrainState, checksum: list[float], source: str) -> None:

@@ -8,6 +8,7 @@ the family contract (`models/base.py`); Ray only through the `Session` the worke
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -18,7 +19,6 @@ from typing import Protocol
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import register_fsdp_forward_method
 
 from raytrain_vla import policy as policy_lib
@@ -37,13 +37,17 @@ from raytrain_vla.models.registry import get_family
 from raytrain_vla.policy.format import PolicyMeta, write_policy
 from raytrain_vla.sim.closed_loop import evaluate, is_demo_dataset, render_size, run_episodes
 from raytrain_vla.train import faults
-from raytrain_vla.train.checkpoint import load_checkpoint, save_checkpoint
+from raytrain_vla.train.checkpoint import load_checkpoint, tensor_state, write_sidecars
+from raytrain_vla.train.checkpoint_saver import CheckpointSaver
+from raytrain_vla.train.comm import CommCounter
 from raytrain_vla.train.flops import example_columns, peak_tflops, training_flops_per_sample
+from raytrain_vla.train.frozen import frozen_bytes, place_frozen, rank_memory_bytes
 from raytrain_vla.train.fsdp import apply_fsdp
 from raytrain_vla.train.init_source import build_init_source
 from raytrain_vla.train.inputs import train_stream, val_batches
 from raytrain_vla.train.manifest import all_problems
 from raytrain_vla.train.materialize import gather_full_state, materialize_from_rank0, meta_model
+from raytrain_vla.train.mesh import build_mesh
 from raytrain_vla.train.metrics import MetricsLogger
 from raytrain_vla.train.noise import flow_noise_and_time
 from raytrain_vla.train.optim import (
@@ -74,6 +78,7 @@ class Session(Protocol):
 
     rank: int
     world_size: int
+    local_world_size: int  # ranks on this node: they share its host memory
     device: torch.device
 
     def latest_checkpoint(self) -> AbstractContextManager[Path | str | None]:
@@ -81,7 +86,11 @@ class Session(Protocol):
         its path in that store, of which the trainer uses the name."""
         ...
 
-    def report(self, metrics: dict, checkpoint_dir: Path | None = None) -> None: ...
+    def report(
+        self, metrics: dict, checkpoint_dir: Path | None = None, upload_in_background: bool = False
+    ) -> None:
+        """Register metrics (and a complete checkpoint, which the session may then delete)."""
+        ...
 
 
 def run_dir_of(cfg: Config) -> RunPath:
@@ -117,6 +126,7 @@ class Trainer:
         self.config_hash = recipe_hash(cfg)
         self.run_dir = run_dir_of(cfg)
         self._build()
+        self.saver = CheckpointSaver(cfg.train.async_checkpoint, self.device)  # collective
         self.start_step = self._restore()
         # Closed-loop scoring needs the demo task's data: the run's, or a mixture's demo member.
         self.eval_robot = None
@@ -144,10 +154,20 @@ class Trainer:
             )  # fmt: skip
         model = meta_model(self.family, self.model_config)
         self.frozen = freeze_for_config(model, cfg.optimizer)
+        self.frozen_placement = place_frozen(
+            cfg.train.frozen_params,
+            frozen_bytes(model, self.frozen, cfg.train.precision),
+            rank_memory_bytes(self.device, self.session.local_world_size),
+        )
+        replicated = self.frozen if self.frozen_placement == "replicate" else []
+        # A frozen copy kept in a lower precision than its source is exported from the source.
+        self.frozen_lowered = bool(replicated) and cfg.train.precision != "fp32"
         self.flops_per_sample = 0.0  # counted and logged by rank 0 only
         storage = torch.device("cpu") if cfg.train.cpu_offload else self.device
+        checksum = None
         if source is not None:
             freeze_for_config(source, cfg.optimizer)
+            checksum = frozen_checksum(source, self.frozen) if self.frozen else []
             # Count where the model will run: a forward and backward of `base` is slow on CPU.
             source = source.to(storage)
             example = self.processor.collate(
@@ -156,12 +176,15 @@ class Trainer:
             self.flops_per_sample = training_flops_per_sample(source, example)
         self.peak_tflops = peak_tflops(self.device, cfg.train.precision, cfg.train.peak_tflops)
         groups = resolve_groups(model, cfg.optimizer)
-        apply_fsdp(model, init_device_mesh(self.device.type, (self.world,)), cfg.train)
+        self.comm = CommCounter()
+        mesh = build_mesh(self.device.type, self.world, cfg.train.dp_shard)
+        apply_fsdp(model, mesh, cfg.train, replicated, self.comm)
         materialize_from_rank0(model, source.state_dict() if source is not None else None, storage)
         del source
         register_fsdp_forward_method(model, "sample_actions")
         self.model = model
-        self.frozen_sum = frozen_checksum(model, self.frozen) if self.frozen else []
+        # From rank 0's full-precision source: a replicated frozen copy may be in bf16.
+        self.frozen_sum = _from_rank0(checksum)
         self.optimizer = build_optimizer(model, groups, cfg.optimizer)
         self.scheduler = build_scheduler(self.optimizer, cfg.train.steps, cfg.scheduler)
 
@@ -252,8 +275,11 @@ class Trainer:
         )  # fmt: skip
         for step in range(self.start_step, cfg.train.steps):
             micro = meter.fetch(lambda: self._next_micro_batches(batches))
+            self.comm.take()  # what validation or an export moved is not this step's
             metrics = self.runner.run(step, micro)
+            metrics.update(self.comm.take())
             meter.step_done()
+            self.saver.poll()  # collective while a background save is in flight
             done = step + 1
             self._log_sample_ids(step, micro)
             if _due(done, cfg.train.log_interval, cfg.train.steps):
@@ -378,15 +404,23 @@ class Trainer:
             frozen_params=len(self.frozen),
             frozen_checksum=self.frozen_sum,
         )
-        with tempfile.TemporaryDirectory() as tmp:
-            save_checkpoint(
-                Path(tmp), self.model, self.optimizer, self.scheduler, state, self.rank,
-                to_yaml(cfg), self.view.normalizer, self.policy_meta, self.frozen,
-            )  # fmt: skip
+        directory = Path(tempfile.mkdtemp(prefix="raytrain_vla-checkpoint-"))
+        write_sidecars(
+            directory, self.scheduler, state, self.rank, to_yaml(cfg), self.view.normalizer,
+            self.policy_meta,
+        )  # fmt: skip
+        background = cfg.train.async_checkpoint
+
+        def report_complete() -> None:
             faults.in_checkpoint_write(cfg.debug, done, self.rank, self.run_dir)
             if self.logger:  # lines of steps up to a checkpoint are never lost (object stores)
                 self.logger.flush()
-            self.session.report(report, checkpoint_dir=Path(tmp))
+            self.session.report(report, checkpoint_dir=directory, upload_in_background=background)
+            if not background:  # Ray copied it; in the background Ray deletes it once uploaded
+                shutil.rmtree(directory, ignore_errors=True)
+
+        state_dicts = tensor_state(self.model, self.optimizer, self.frozen)
+        self.saver.save(directory, state_dicts, self.rank, report_complete)
 
     def _closed_loop_now(self) -> dict[str, float]:
         """Collective: the policy's closed-loop success now; rank 0 runs it on gathered weights."""
@@ -408,10 +442,23 @@ class Trainer:
         }
 
     # -- end of run --------------------------------------------------------------------------
+    def _frozen_from_source(self) -> dict[str, torch.Tensor]:
+        """The frozen weights as the init source holds them (this run kept a bf16 copy)."""
+        cfg = self.cfg
+        source = build_init_source(
+            self.family, self.model_config, cfg.train.seed, cfg.model.init_from,
+            cfg.model.init_allow,
+        )  # fmt: skip
+        full = source.state_dict()
+        return {name: full[name] for name in self.frozen}
+
     def _finish(self) -> None:
         """Export the policy (full weights gathered on rank 0), then score it in closed loop."""
+        self.saver.close()  # the last checkpoint is complete and reported before the export
         export_dir = self.run_dir / "export"
         state = gather_full_state(self.model)
+        if self.rank == 0 and self.frozen_lowered:
+            state.update(self._frozen_from_source())
         if self.rank == 0:
             write_policy(export_dir, state, self.policy_meta, self.view.normalizer)
         if dist.is_initialized():
@@ -426,3 +473,12 @@ class Trainer:
             results = evaluate(exported, self.eval_episodes, ev.seed, record=ev.rollouts_logged)
             self.logger.log_eval(self.cfg.train.steps, results)
         self.logger.close()
+
+
+def _from_rank0(value: list[float] | None) -> list[float]:
+    """Collective when distributed: rank 0's value on every rank."""
+    if not dist.is_initialized():
+        return value or []
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]

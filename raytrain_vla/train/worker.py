@@ -24,6 +24,7 @@ class RayTrainSession:
     def __init__(self) -> None:
         ctx = ray.train.get_context()
         self.rank, self.world_size = ctx.get_world_rank(), ctx.get_world_size()
+        self.local_world_size = ctx.get_local_world_size()
         self.device = ray.train.torch.get_device()
 
     @contextmanager
@@ -38,9 +39,19 @@ class RayTrainSession:
         with checkpoint.as_directory() as directory:
             yield Path(directory)
 
-    def report(self, metrics: dict, checkpoint_dir: Path | None = None) -> None:
+    def report(
+        self, metrics: dict, checkpoint_dir: Path | None = None, upload_in_background: bool = False
+    ) -> None:
         checkpoint = ray.train.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
-        ray.train.report(metrics, checkpoint=checkpoint)
+        if not upload_in_background:
+            ray.train.report(metrics, checkpoint=checkpoint)
+            return
+        # Ray copies it into run storage in a thread and registers it once there (in order
+        # with the other reports), then deletes the local directory.
+        ray.train.report(
+            metrics, checkpoint=checkpoint,
+            checkpoint_upload_mode=ray.train.CheckpointUploadMode.ASYNC,
+        )  # fmt: skip
 
 
 def train_loop_per_worker(config_dict: dict) -> None:

@@ -99,6 +99,27 @@ def test_crash_during_checkpoint_write_resumes_from_previous(reference, demo_roo
     assert_same_weights(run_dir, reference)
 
 
+def test_kill_while_background_save_in_flight_resumes_from_previous(reference, demo_root, tmp_path):
+    """`train.async_checkpoint`: rank 1 is killed right after starting the step-6 save, before
+    any rank could finish it, so the step-3 checkpoint is the latest complete one: steps 3-5
+    run again and the run ends bitwise where the synchronous reference ended."""
+    args = _args(
+        demo_root, tmp_path, "async_kill", STEPS, DEBUG, "--ray.max_failures=1",
+        "--train.async_checkpoint=true",
+    )  # fmt: skip
+    assert run.main([*args, "--debug.kill_at_step=6", "--debug.kill_rank=1"]) == 0
+    run_dir = tmp_path / "async_kill"
+    assert (run_dir / ".fault_kill_6").exists()
+    rows = [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()]
+    assert sum(r["step"] == 3 and r["rank"] == 0 for r in rows) == 2, "resumed from step 3"
+    assert sum(r["step"] == 6 and r["rank"] == 0 for r in rows) == 1
+    latest = latest_checkpoint(run_dir)
+    assert json.loads((latest / "train_state.json").read_text())["step"] == STEPS
+    assert (latest / "manifest.json").is_file()
+    assert committed_ids(run_dir) == committed_ids(reference)
+    assert_same_weights(run_dir, reference)
+
+
 def test_validation_has_no_side_effects(reference, demo_root, tmp_path):
     assert (
         run.main(_args(demo_root, tmp_path, "with_val", STEPS, DEBUG, "--train.val_interval=2"))

@@ -74,6 +74,8 @@ def _export_cli_turns_checkpoints_of_any_world_size_into_the_same_policy(run_arg
     # Fine-tuning from that export at LR 0 through the whole run path leaves the weights as
     # loaded: the workers really start from the policy (`model.init_from`). The vision role is
     # frozen by name: its parameters stay out of the checkpoint and come back from the policy.
+    # The run is HSDP (2 replicas of one shard each) in bf16, its frozen weights replicated in
+    # bf16: the export still holds them bitwise as the policy does (taken from the source).
     zero = tmp_path / "zero_lr.yaml"
     groups = "".join(
         f"    - {{name: {g}, patterns: ['^{g}\\.'], lr: 0.0, weight_decay: 0.0}}\n"
@@ -81,8 +83,9 @@ def _export_cli_turns_checkpoints_of_any_world_size_into_the_same_policy(run_arg
     )
     zero.write_text(f"optimizer:\n  lr: 0.0\n  groups:\n{groups}")
     tuned_args = run_args(
-        "tuned", 2, f"--model.init_from={run_dir / 'export'}", "--optimizer.freeze_roles=[vision]"
-    )
+        "tuned", 2, f"--model.init_from={run_dir / 'export'}", "--optimizer.freeze_roles=[vision]",
+        "--train.dp_shard=1", "--train.frozen_params=replicate", "--train.precision=bf16",
+    )  # fmt: skip
     assert run.main(["--config", str(zero), *tuned_args]) == 0
     from raytrain_vla.models.registry import get_family
     from raytrain_vla.train.checkpoint import stored_model_keys
@@ -91,6 +94,14 @@ def _export_cli_turns_checkpoints_of_any_world_size_into_the_same_policy(run_arg
     stored = stored_model_keys(latest_checkpoint(tmp_path / "runs" / "tuned"))
     assert stored and {role_of(k) for k in stored} == {"backbone", "action_expert"}
     tuned = load_file(str(tmp_path / "runs" / "tuned" / "export" / "model.safetensors"))
+    lines = (tmp_path / "runs" / "tuned" / "metrics.jsonl").read_text().splitlines()
+    train_rows = [r for r in map(json.loads, lines) if r["kind"] == "train"]
+    # A shard group of one gathers and reduce-scatters nothing; HSDP all-reduces the gradients.
+    assert train_rows and all(
+        r["comm/allgather_bytes"] == r["comm/reduce_scatter_bytes"] == 0
+        and r["comm/allreduce_bytes"] > 0
+        for r in train_rows
+    )
     for key, value in load_file(str(run_dir / "export" / "model.safetensors")).items():
         np.testing.assert_array_equal(tuned[key], value, err_msg=key)
     # The report renders both figures for a finished run.

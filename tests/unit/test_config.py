@@ -43,6 +43,22 @@ def test_lr_groups_from_the_command_line():
         (["--data.normalization_per_feature={action: x}"], "per_feature.action': 'x', expected"),
         (["--train.global_batch_size=60"], "'train.global_batch_size'"),
         (["--ray.num_workers=[3, 1]"], "'ray.num_workers'"),
+        # HSDP: every world size an elastic run may take must be whole shard groups.
+        (
+            [
+                "--ray.num_workers=[2, 4]",
+                "--train.dp_shard=2",
+                "--train.global_batch_size=48",
+                "--train.micro_batch_size=4",
+            ],
+            "'train.dp_shard': 2 does not divide world size 3 (ray.num_workers=[2, 4])",
+        ),
+        (
+            ["--ray.num_workers=4", "--train.dp_shard=3", "--train.micro_batch_size=16"],
+            "does not divide world size 4",
+        ),
+        (["--train.dp_shard=-1"], "'train.dp_shard': -1, expected 0"),
+        (["--train.frozen_params=gather"], "'train.frozen_params': 'gather', expected one of"),
         (["--eval.episodes=-1"], "'eval.episodes'"),
         (["--eval.n_action_steps=9"], "'eval.n_action_steps'"),
         (["--logging.ray_train_log_level=LOUD"], "'logging.ray_train_log_level'"),
