@@ -20,6 +20,7 @@ COMMANDS = {
     "export": ("raytrain_vla.export", "a policy directory from a training checkpoint"),
     "eval": ("raytrain_vla.eval", "closed-loop success of a policy in the demo simulator"),
     "report": ("raytrain_vla.report", "PNG plots of a run"),
+    "plan-memory": ("raytrain_vla.plan_memory", "per-rank memory of a run before renting GPUs"),
 }
 
 

@@ -46,15 +46,24 @@ def _without_user_files(args: list[str]) -> list[str]:
 
 RUNS = _commands("run", "train")
 TUNES = _commands("tune", "tune")
+PLANS = _commands("plan_memory", "plan-memory")
 
 
 def test_the_readme_has_commands_to_check():
-    assert len(RUNS) >= 3 and len(TUNES) >= 3
+    assert len(RUNS) >= 3 and len(TUNES) >= 3 and len(PLANS) >= 1
 
 
 @pytest.mark.parametrize("args", RUNS, ids=lambda a: " ".join(a)[:60])
 def test_each_readme_training_command_is_accepted(args):
     parse_cli(_without_user_files(args))  # raises ConfigError naming the key
+
+
+@pytest.mark.parametrize("args", PLANS, ids=lambda a: " ".join(a)[:60])
+def test_each_readme_memory_plan_command_is_accepted(args):
+    from raytrain_vla.plan_memory import parse_args
+
+    _own, rest = parse_args(_without_user_files(args))
+    parse_cli(rest)
 
 
 @pytest.mark.parametrize("args", TUNES, ids=lambda a: " ".join(a)[:60])

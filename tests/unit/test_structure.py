@@ -25,7 +25,9 @@ ALLOWED = {
     "tuning": BOTTOM | {"config", "data", "models", "train"},
 }
 # `data.__main__` only starts `data_cli` (checked below), so `python -m raytrain_vla.data` works.
-ENTRY_POINTS = {"cli", "run", "tune", "export", "eval", "report", "data_cli", "data.__main__"}
+ENTRY_POINTS = {
+    "cli", "run", "tune", "export", "eval", "report", "plan_memory", "data_cli", "data.__main__"
+}  # fmt: skip
 
 
 def _modules() -> dict[str, Path]:
