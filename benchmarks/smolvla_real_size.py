@@ -8,7 +8,11 @@ layer, chunk 50, 512 x 512 images, `train_expert_only`), and reports:
 * the parameter count (LeRobot reports about 450M) and how many train;
 * one training step (loss, backward, clipped AdamW update) at global batch 2, timed in a plain
   single-process loop and with FSDP2 (the trainer's `apply_fsdp` + `StepRunner`) on 2 gloo
-  workers at 1 sample each, side by side, as a ratio; peak RSS of each process.
+  workers at 1 sample each, side by side, as a ratio; peak RSS of each process. The FSDP side
+  runs twice: frozen weights sharded and gathered every step (`train.frozen_params=shard`, the
+  old behaviour), and placed by `--frozen-params` (default `auto`, which replicates them here);
+  `fsdp_over_plain_step_time` is the latter's ratio. Each side also reports the bytes one step
+  all-gathers and reduce-scatters (`train/comm.py`, as in metrics.jsonl).
 
 On a CUDA machine `--device cuda --precision bf16` times the same step on one GPU and adds
 samples/s and MFU (FLOPs counted by torch's FlopCounterMode).
@@ -32,15 +36,17 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from torch.distributed.device_mesh import init_device_mesh
 
 from raytrain_vla.common.spec import DataSpec
 from raytrain_vla.config.schema import OptimizerConfig, SchedulerConfig, TrainConfig
 from raytrain_vla.models.registry import get_family
 from raytrain_vla.models.smolvla.options import SmolVLAOptions
+from raytrain_vla.train.comm import CommCounter
 from raytrain_vla.train.flops import peak_tflops, training_flops_per_sample
+from raytrain_vla.train.frozen import frozen_bytes, place_frozen, rank_memory_bytes
 from raytrain_vla.train.fsdp import apply_fsdp
 from raytrain_vla.train.materialize import materialize_from_rank0, meta_model
+from raytrain_vla.train.mesh import build_mesh
 from raytrain_vla.train.noise import flow_noise_and_time
 from raytrain_vla.train.optim import (
     build_optimizer,
@@ -123,7 +129,9 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_steps(model, samples: int, steps: int, device: torch.device, rank: int = 0) -> list[float]:
+def run_steps(
+    model, samples: int, steps: int, device: torch.device, rank: int = 0, comm=None
+) -> list[float]:
     optim_cfg = OptimizerConfig(lr=1e-4, groups=[])
     groups = resolve_groups(model, optim_cfg)
     optimizer = build_optimizer(model, groups, optim_cfg)
@@ -144,6 +152,8 @@ def run_steps(model, samples: int, steps: int, device: torch.device, rank: int =
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         times.append(time.perf_counter() - start)
+        if comm is not None:
+            comm.last_step = comm.take()
     return times[1:]
 
 
@@ -171,7 +181,17 @@ def plain(vlm_dir: str, steps: int, device: str, precision: str) -> dict:
     return out
 
 
-def _rank(rank: int, world: int, port: int, vlm_dir: str, steps: int, out: str) -> None:
+def _rank(
+    rank: int,
+    world: int,
+    port: int,
+    vlm_dir: str,
+    steps: int,
+    out: str,
+    frozen_mode: str,
+    reshard: bool,
+    dp_shard: int,
+) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.set_num_threads(1)
@@ -182,29 +202,48 @@ def _rank(rank: int, world: int, port: int, vlm_dir: str, steps: int, out: str) 
         source = family.build(config)
         freeze_for_config(source, OptimizerConfig())
     model = meta_model(family, config)
-    freeze_for_config(model, OptimizerConfig())
-    apply_fsdp(model, init_device_mesh("cpu", (world,)), TrainConfig())
+    frozen = freeze_for_config(model, OptimizerConfig())
+    # The trainer's rule (train.frozen_params): `auto` replicates frozen weights that fit.
+    placement = place_frozen(
+        frozen_mode,
+        frozen_bytes(model, frozen, "fp32"),
+        rank_memory_bytes(torch.device("cpu"), world),
+    )
+    comm = CommCounter()
+    replicated = frozen if placement == "replicate" else []
+    train = TrainConfig(reshard_after_forward=reshard)
+    apply_fsdp(model, build_mesh("cpu", world, dp_shard), train, replicated, comm)
     materialize_from_rank0(model, source.state_dict() if source is not None else None, "cpu")
     del source
-    times = run_steps(model, 2 // world, steps, torch.device("cpu"), rank)
+    times = run_steps(model, 2 // world, steps, torch.device("cpu"), rank, comm)
     rss = torch.tensor([peak_rss_mb()])
     gathered = [torch.zeros(1) for _ in range(world)]
     dist.all_gather(gathered, rss)
     if rank == 0:
-        Path(out).write_text(json.dumps({"times": times, "rss": [float(r) for r in gathered]}))
+        result = {"times": times, "rss": [float(r) for r in gathered], "placement": placement}
+        Path(out).write_text(json.dumps({**result, "comm": comm.last_step}))
     dist.destroy_process_group()
 
 
-def fsdp(vlm_dir: str, steps: int, world: int = 2) -> dict:
+def fsdp(
+    vlm_dir: str, steps: int, frozen_mode: str, reshard: bool, dp_shard: int, world: int = 2
+) -> dict:
+    """FSDP2 on `world` gloo workers, frozen weights placed by `train.frozen_params=frozen_mode`."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = Path(vlm_dir) / "fsdp.json"
     mp.start_processes(
-        _rank, args=(world, port, vlm_dir, steps, str(out)), nprocs=world, start_method="spawn"
-    )
+        _rank, args=(world, port, vlm_dir, steps, str(out), frozen_mode, reshard, dp_shard), nprocs=world,
+        start_method="spawn",
+    )  # fmt: skip
     result = json.loads(out.read_text())
-    return {"fsdp_step_s": statistics.median(result["times"]), "fsdp_peak_rss_mb": result["rss"]}
+    return {
+        "frozen_params": f"{frozen_mode} -> {result['placement']}",
+        "step_s": statistics.median(result["times"]),
+        "peak_rss_mb": result["rss"],
+        "comm_bytes_per_step": result["comm"],
+    }
 
 
 def main() -> int:
@@ -212,6 +251,18 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=3, help="timed steps per side")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument(
+        "--reshard-after-forward", choices=["true", "false"], default="true",
+        help="train.reshard_after_forward of the FSDP side (false: one all-gather per step)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--dp-shard", type=int, default=0,
+        help="train.dp_shard of the FSDP side (1: HSDP with the trained weights replicated)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--frozen-params", choices=["auto", "replicate"], default="auto",
+        help="train.frozen_params of the FSDP side timed against the plain process",
+    )  # fmt: skip
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as vlm_dir:
         (Path(vlm_dir) / "config.json").write_text(json.dumps(SMOLVLM2_500M))
@@ -230,9 +281,18 @@ def main() -> int:
         del skeleton
         result.update(plain(vlm_dir, args.steps, args.device, args.precision))
         if args.device == "cpu":
-            result.update(fsdp(vlm_dir, args.steps))
-            result["fsdp_over_plain"] = result["fsdp_step_s"] / result["plain_step_s"]
+            # Before (frozen weights sharded and gathered every step) and after (the default).
+            for mode in ("shard", args.frozen_params):
+                result[f"fsdp_frozen_{mode}"] = fsdp(
+                    vlm_dir, args.steps, mode, args.reshard_after_forward == "true", args.dp_shard
+                )
+            after = result[f"fsdp_frozen_{args.frozen_params}"]["step_s"]
+            before = result["fsdp_frozen_shard"]["step_s"]
+            result["fsdp_over_plain_step_time"] = after / result["plain_step_s"]
+            result["fsdp_sharded_frozen_over_plain_step_time"] = before / result["plain_step_s"]
     result["device"] = args.device
+    result["reshard_after_forward"] = args.reshard_after_forward
+    result["dp_shard"] = args.dp_shard
     result["precision"] = args.precision
     result["torch_threads"] = torch.get_num_threads()
     print(json.dumps(result, indent=2))

@@ -1,9 +1,13 @@
 """Checkpoints saved in the foreground or in the background, at most one in flight.
 
 In the background (`train.async_checkpoint`) a save costs the step loop only the copy of this
-rank's shards into host memory (pinned on a GPU); a writer thread then runs DCP and the manifest
-over a gloo group of its own (collectives in two threads must not share a group), as torchtitan's
-asynchronous checkpointing does. The checkpoint is reported to Ray Train (`on_complete`) only when
+rank's shards into shared host memory (buffers kept from one save to the next); DCP's checkpoint
+process (`async_save` with `AsyncCheckpointerType.PROCESS`, one per rank, started at the first
+save) then writes them, as torchtitan's asynchronous checkpointing does. A process, not a thread:
+DCP's serialisation holds the GIL, and a writer thread slowed the step loop more than a
+synchronous save took (benchmarks/README.md). A thread of this process then waits for the write
+and writes the manifest, over a gloo group of its own (collectives in two threads must not share
+a group). The checkpoint is reported to Ray Train (`on_complete`) only when
 every rank's write and the manifest are done: each step, one all-reduce of a done flag lets the
 ranks agree on when. Until then the previous checkpoint is the latest one, so a worker killed
 mid-write resumes from it. A new save, the end of the run and `finish` wait for the one in flight.
@@ -11,16 +15,20 @@ mid-write resumes from it. A new save, the end of the run and `finish` wait for 
 
 from __future__ import annotations
 
+import multiprocessing as mp
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
 from raytrain_vla.train.checkpoint import write_tensors
+from raytrain_vla.train.manifest import digest_directory, write_manifest
 
 OnComplete = Callable[[], None]
 
@@ -44,14 +52,17 @@ class CheckpointSaver:
         if background:
             if self.distributed:  # collective: every rank creates it, in the same order
                 self.group = dist.new_group(backend="gloo")
+            # Shared memory, so the checkpoint process reads the staged shards without a copy.
             pinned = device.type == "cuda"
             self.stager = DefaultStager(
                 StagingOptions(
-                    use_pinned_memory=pinned, use_shared_memory=False,
+                    use_pinned_memory=pinned, use_shared_memory=True,
                     use_async_staging=False, use_non_blocking_copy=False,
                 )
             )  # fmt: skip
             self.writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
+            # The manifest's CRC32s, read back from disk, in a process too (no GIL shared).
+            self.digester = ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn"))
 
     def save(self, directory: Path, state: dict, rank: int, on_complete: OnComplete) -> None:
         """Collective."""
@@ -60,9 +71,21 @@ class CheckpointSaver:
             write_tensors(directory, state, rank)
             on_complete()
             return
-        staged = self.stager.stage(state)  # the only part the step loop waits for
-        future = self.writer.submit(write_tensors, directory, staged, rank, self.group)
+        # Staging is the only part the step loop waits for.
+        written = dcp.async_save(
+            state, checkpoint_id=str(directory), process_group=self.group,
+            async_checkpointer_type=AsyncCheckpointerType.PROCESS, async_stager=self.stager,
+        )  # fmt: skip
+        future = self.writer.submit(self._complete, written, directory, rank)
         self.in_flight = _InFlight(future, on_complete)
+
+    def _complete(self, written: Future, directory: Path, rank: int) -> None:
+        written.result()
+
+        def digest(path: Path) -> dict:
+            return self.digester.submit(digest_directory, path).result()
+
+        write_manifest(directory, rank, self.group, digest)  # last: the checkpoint is complete
 
     def poll(self) -> None:
         """Collective while a save is in flight: complete it once every rank's write is done."""
@@ -87,6 +110,7 @@ class CheckpointSaver:
         self.finish()
         if self.background:
             self.writer.shutdown(wait=True)
+            self.digester.shutdown(wait=True)
             self.stager.close()
 
     def _flag_device(self) -> torch.device:

@@ -11,6 +11,7 @@ The check itself is `policy.integrity`'s, which `export` and `policy.load` run t
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import torch.distributed as dist
@@ -30,13 +31,18 @@ def digest_directory(directory: Path) -> dict[str, dict[str, int]]:
     }
 
 
-def write_manifest(directory: Path, rank: int, group: dist.ProcessGroup | None = None) -> None:
+def write_manifest(
+    directory: Path,
+    rank: int,
+    group: dist.ProcessGroup | None = None,
+    digest: Callable[[Path], dict] = digest_directory,
+) -> None:
     """Collective (over `group`, default the world) when a process group is up: rank 0 writes
-    every rank's digests."""
+    every rank's digests (`digest` computes this rank's: another process may do it)."""
     distributed = dist.is_available() and dist.is_initialized()
     if distributed:
         dist.barrier(group=group)  # every rank's files are final (ranks may share one directory)
-    mine = digest_directory(directory)
+    mine = digest(directory)
     parts: list = [mine]
     if distributed:
         parts = [None] * dist.get_world_size()

@@ -1,0 +1,190 @@
+"""How much training time a checkpoint costs: synchronous against background saves.
+
+2 gloo workers (as a run on this machine) train flow_vla widened to `--d-model` (about 136M
+parameters at the default, so a synchronous save of parameters plus AdamW state takes seconds)
+with the trainer's own pieces: `apply_fsdp`, `StepRunner`, `tensor_state` and `CheckpointSaver`.
+Each worker:
+
+1. times `--steps` steps with no save (the baseline step time);
+2. saves synchronously (DCP shards + manifest): the whole save is stall;
+3. saves in the background, and keeps training, polling every step as the trainer does, until
+   the save is complete; the stall is the time of the `save` call (staging into host memory)
+   plus what the steps in flight took beyond the baseline.
+
+`stall_ratio` = background stall / synchronous save time, the larger of the two workers' (the
+slower rank holds the others at the next collective). Repeats `--repeats` times, median. JSON.
+
+    python benchmarks/checkpoint_stall.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from raytrain_vla.config.schema import OptimizerConfig, SchedulerConfig, TrainConfig
+from raytrain_vla.models.flow_vla.config import FlowVLAConfig
+from raytrain_vla.models.flow_vla.tokenizer import tokenize
+from raytrain_vla.models.registry import get_family
+from raytrain_vla.train.checkpoint import tensor_state
+from raytrain_vla.train.checkpoint_saver import CheckpointSaver
+from raytrain_vla.train.fsdp import apply_fsdp
+from raytrain_vla.train.mesh import build_mesh
+from raytrain_vla.train.noise import flow_noise_and_time
+from raytrain_vla.train.optim import build_optimizer, build_scheduler, resolve_groups
+from raytrain_vla.train.step import StepRunner
+
+MICRO = 4
+
+
+def config(d_model: int, layers: int) -> FlowVLAConfig:
+    return FlowVLAConfig.from_size(
+        "small", d_model=d_model, expert_d_model=d_model, backbone_layers=layers,
+        expert_layers=layers, num_heads=8, expert_heads=8,
+    )  # fmt: skip
+
+
+def batch(step: int, rank: int) -> dict:
+    g = torch.Generator().manual_seed(step * 8 + rank)
+    tokens, mask = tokenize(["reach the red disc"] * MICRO, 48)
+    return {
+        "sample_ids": torch.arange(MICRO) + (step * 8 + rank) * MICRO,
+        "images": {"observation.image": torch.rand(MICRO, 3, 32, 32, generator=g)},
+        "state": torch.randn(MICRO, 2, generator=g),
+        "text_tokens": tokens,
+        "text_mask": mask,
+        "actions": torch.randn(MICRO, 8, 2, generator=g),
+        "action_is_pad": torch.zeros(MICRO, 8, dtype=torch.bool),
+    }
+
+
+def _rank(rank: int, world: int, store: str, args: argparse.Namespace, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    family = get_family("flow_vla")
+    model = family.build(config(args.d_model, args.layers))
+    params = sum(p.numel() for p in model.parameters())
+    opt_cfg = OptimizerConfig(lr=1e-4, groups=[])
+    groups = resolve_groups(model, opt_cfg)
+    apply_fsdp(model, build_mesh("cpu", world, 0), TrainConfig())
+    optimizer = build_optimizer(model, groups, opt_cfg)
+    scheduler = build_scheduler(optimizer, 10**6, SchedulerConfig(type="constant", warmup_steps=0))
+
+    def noise_fn(step, ids):
+        return flow_noise_and_time(0, step, ids, model.noise_shape)
+
+    runner = StepRunner(model, optimizer, scheduler, groups, noise_fn, grad_clip=1.0)
+    step = 0
+
+    def train_step(saver: CheckpointSaver | None = None) -> float:
+        nonlocal step
+        start = time.perf_counter()
+        runner.run(step, [batch(step, rank)])
+        if saver is not None:
+            saver.poll()
+        step += 1
+        return time.perf_counter() - start
+
+    for _ in range(2):  # warm-up: AdamW state exists from here on
+        train_step()
+    root = Path(tempfile.mkdtemp(prefix="ckpt_stall-", dir=args.dir))
+    sync = CheckpointSaver(background=False, device=torch.device("cpu"))
+    background = CheckpointSaver(background=True, device=torch.device("cpu"))
+    # As in a run, one saver serves every save: the first starts DCP's checkpoint process and
+    # allocates the staging buffers, once per run, so it is left out of the timing.
+    start = time.perf_counter()
+    background.save(root / "warmup", tensor_state(model, optimizer), rank, lambda: None)
+    background.finish()
+    first_save_s = time.perf_counter() - start
+    rows = []
+    for repeat in range(args.repeats):
+        base = statistics.median(train_step() for _ in range(args.steps))
+        dist.barrier()
+        start = time.perf_counter()
+        sync.save(root / f"sync{repeat}", tensor_state(model, optimizer), rank, lambda: None)
+        sync_s = time.perf_counter() - start
+        done = []
+        dist.barrier()
+        start = time.perf_counter()
+        background.save(
+            root / f"async{repeat}",
+            tensor_state(model, optimizer),
+            rank,
+            lambda: done.append(1),  # noqa: B023 - called before the loop moves on
+        )
+        call_s = time.perf_counter() - start
+        in_flight = []
+        while not done:
+            in_flight.append(train_step(background))
+        write_s = time.perf_counter() - start
+        stall = call_s + sum(in_flight) - base * len(in_flight)
+        rows.append(
+            {
+                "step_s": base, "sync_save_s": sync_s, "async_call_s": call_s,
+                "async_steps_in_flight": len(in_flight), "async_write_s": write_s,
+                "async_stall_s": stall,
+            }
+        )  # fmt: skip
+    background.close()
+    size = sum(f.stat().st_size for f in (root / "sync0").rglob("*") if f.is_file())
+    gathered: list = [None] * world
+    dist.all_gather_object(gathered, rows)
+    if rank == 0:
+        result = {"params": params, "bytes": size, "ranks": gathered, "first_save_s": first_save_s}
+        Path(out).write_text(json.dumps(result))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--d-model", type=int, default=768)
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=3, help="baseline steps per repeat")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--dir", default=None, help="where checkpoints are written (a temp dir)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        store, out = os.path.join(tmp, "store"), os.path.join(tmp, "out.json")
+        args.dir = tmp
+        mp.start_processes(
+            _rank, args=(args.workers, store, args, out), nprocs=args.workers,
+            start_method="spawn",
+        )  # fmt: skip
+        result = json.loads(Path(out).read_text())
+    per_repeat = []
+    for i in range(args.repeats):
+        rows = [ranks[i] for ranks in result["ranks"]]
+        sync = max(r["sync_save_s"] for r in rows)
+        stall = max(r["async_stall_s"] for r in rows)
+        per_repeat.append({"sync_save_s": sync, "async_stall_s": stall, "rows": rows})
+    sync = statistics.median(r["sync_save_s"] for r in per_repeat)
+    stall = statistics.median(r["async_stall_s"] for r in per_repeat)
+    report = {
+        "workers": args.workers,
+        "params": result["params"],
+        "checkpoint_bytes": result["bytes"],
+        "sync_save_s": round(sync, 3),
+        "async_stall_s": round(stall, 3),
+        "stall_ratio": round(max(stall, 0.0) / sync, 3),
+        "first_background_save_s": round(result["first_save_s"], 3),
+        "repeats": per_repeat,
+    }
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
