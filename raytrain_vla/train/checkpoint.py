@@ -123,9 +123,7 @@ def load_checkpoint(
     """Collective. Restores everything but the `frozen` parameters, which keep their values;
     RNG only when the world size is unchanged."""
     state = read_train_state(directory)
-    model_sd, optim_sd = get_state_dict(model, optimizer)
-    model_sd = {k: v for k, v in model_sd.items() if k not in frozen}
-    loaded = {"model": model_sd, "optimizer": optim_sd}
+    loaded = tensor_state(model, optimizer, frozen)  # this rank's shards, on any mesh
     dcp.load(loaded, checkpoint_id=str(directory))
     set_state_dict(
         model,

@@ -59,26 +59,6 @@ def _args(demo_root, storage, name, steps, *extra):
     return short_run_args(demo_root, storage, name, steps, *extra)
 
 
-def test_worker_sigkill_mid_run_recovers_bitwise(reference, demo_root, tmp_path):
-    args = _args(
-        demo_root, tmp_path, "killed", STEPS, DEBUG, "--ray.max_failures=1", "--ray.num_to_keep=1"
-    )
-    assert run.main([*args, "--debug.kill_at_step=4", "--debug.kill_rank=1"]) == 0
-    run_dir = tmp_path / "killed"
-    assert (run_dir / ".fault_kill_4").exists()
-    # Retention: of the checkpoints at steps 3, 6 and 8 only the last is registered and left.
-    # An upload the kill cut off before Ray registered any checkpoint (no snapshot yet) is
-    # pruned too: it appeared after this driver took the run's lock.
-    latest = latest_checkpoint(run_dir)
-    on_disk = sorted(p for p in run_dir.glob("checkpoint_*") if p.is_dir())
-    assert on_disk == [latest] and registered_checkpoints(run_dir) == [latest.name]
-    assert json.loads((latest / "train_state.json").read_text())["step"] == STEPS
-    rows = [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()]
-    assert sum(r["step"] == 3 and r["rank"] == 1 for r in rows) == 2, "step 4 (index 3) was redone"
-    assert committed_ids(run_dir) == committed_ids(reference)
-    assert_same_weights(run_dir, reference)
-
-
 def test_crash_during_checkpoint_write_resumes_from_previous(reference, demo_root, tmp_path):
     args = _args(demo_root, tmp_path, "ckpt_crash", STEPS, DEBUG, "--ray.max_failures=1")
     assert run.main([*args, "--debug.crash_in_checkpoint_at_step=6", "--debug.kill_rank=1"]) == 0
@@ -99,21 +79,29 @@ def test_crash_during_checkpoint_write_resumes_from_previous(reference, demo_roo
     assert_same_weights(run_dir, reference)
 
 
-def test_kill_while_background_save_in_flight_resumes_from_previous(reference, demo_root, tmp_path):
-    """`train.async_checkpoint`: rank 1 is killed right after starting the step-6 save, before
-    any rank could finish it, so the step-3 checkpoint is the latest complete one: steps 3-5
-    run again and the run ends bitwise where the synchronous reference ended."""
+def test_worker_sigkill_with_a_background_save_in_flight_recovers_bitwise(
+    reference, demo_root, tmp_path
+):
+    """Rank 1 is SIGKILLed right after it starts the step-6 save in the background
+    (`train.async_checkpoint`), before any rank could finish it: the step-3 checkpoint is the
+    latest complete one, steps 3-5 run again, and the run ends bitwise where the synchronous
+    reference ended. Retention (`ray.num_to_keep=1`) leaves only the last checkpoint."""
     args = _args(
-        demo_root, tmp_path, "async_kill", STEPS, DEBUG, "--ray.max_failures=1",
-        "--train.async_checkpoint=true",
+        demo_root, tmp_path, "killed", STEPS, DEBUG, "--ray.max_failures=1",
+        "--ray.num_to_keep=1", "--train.async_checkpoint=true",
     )  # fmt: skip
     assert run.main([*args, "--debug.kill_at_step=6", "--debug.kill_rank=1"]) == 0
-    run_dir = tmp_path / "async_kill"
+    run_dir = tmp_path / "killed"
     assert (run_dir / ".fault_kill_6").exists()
     rows = [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()]
-    assert sum(r["step"] == 3 and r["rank"] == 0 for r in rows) == 2, "resumed from step 3"
-    assert sum(r["step"] == 6 and r["rank"] == 0 for r in rows) == 1
+    assert sum(r["step"] == 3 and r["rank"] == 1 for r in rows) == 2, "resumed from step 3"
+    assert sum(r["step"] == 6 and r["rank"] == 1 for r in rows) == 1
+    # Of the checkpoints at steps 3, 6 and 8 only the last is registered and left. An upload
+    # the kill cut off before Ray registered it is pruned too: it appeared after this driver
+    # took the run's lock.
     latest = latest_checkpoint(run_dir)
+    on_disk = sorted(p for p in run_dir.glob("checkpoint_*") if p.is_dir())
+    assert on_disk == [latest] and registered_checkpoints(run_dir) == [latest.name]
     assert json.loads((latest / "train_state.json").read_text())["step"] == STEPS
     assert (latest / "manifest.json").is_file()
     assert committed_ids(run_dir) == committed_ids(reference)

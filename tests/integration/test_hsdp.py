@@ -38,7 +38,7 @@ from raytrain_vla.train.step import StepRunner
 from raytrain_vla.train.train_state import TrainState
 
 WORLD = 4
-STEPS = 3
+STEPS = 2
 # AdamW's first update is lr * g / (|g| + eps): with the default eps, gradients that are ~0 up
 # to float noise flip sign between reduction orders; a larger eps keeps the update continuous.
 ADAMW = OptimizerConfig(eps=1e-3)
