@@ -16,9 +16,15 @@ COMMANDS = {
         "train, validate, export and score a policy (config keys: --help)",
     ),
     "tune": ("raytrain_vla.tune", "sweep config keys with Ray Tune"),
-    "data": ("raytrain_vla.data_cli", "demo | stats | convert | inspect a dataset"),
+    "data": (
+        "raytrain_vla.data_cli",
+        "demo | metaworld | stats | convert | inspect | preflight a dataset",
+    ),
     "export": ("raytrain_vla.export", "a policy directory from a training checkpoint"),
-    "eval": ("raytrain_vla.eval", "closed-loop success of a policy in the demo simulator"),
+    "eval": (
+        "raytrain_vla.eval",
+        "closed-loop success of a policy: the demo simulator or Meta-World",
+    ),
     "report": ("raytrain_vla.report", "PNG plots of a run"),
     "plan-memory": ("raytrain_vla.plan_memory", "per-rank memory of a run before renting GPUs"),
 }

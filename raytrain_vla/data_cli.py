@@ -30,6 +30,26 @@ def _demo(args: argparse.Namespace) -> None:
     )
 
 
+def _metaworld(args: argparse.Namespace) -> None:
+    """Expert demonstrations of Meta-World tasks, with the expert's success rate per task."""
+    from raytrain_vla.data.metaworld_demos import write_metaworld_dataset
+
+    start = time.perf_counter()
+    root, report = write_metaworld_dataset(
+        args.out, args.tasks, args.episodes_per_task, args.image_size, args.seed, args.max_steps
+    )
+    for task, r in report.items():
+        print(
+            f"  {task:<28} kept {r['episodes']:>4} of {r['attempts']:>4} expert episodes "
+            f"(success {r['expert_success_rate']:.0%})"
+        )
+    meta = LeRobotMeta.load(root)
+    print(
+        f"wrote {root}: {meta.num_episodes} episodes, {meta.total_frames} frames, "
+        f"{len(meta.tasks)} tasks in {time.perf_counter() - start:.1f}s"
+    )
+
+
 def _inspect(args: argparse.Namespace) -> None:
     """Summary, then every problem found (one per line, exit status 1) or 'no problems found'."""
     from raytrain_vla.data.inspect import find_problems, summary
@@ -111,6 +131,20 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--episodes", type=_positive, default=1500)
     demo.add_argument("--seed", type=int, default=0)
     demo.set_defaults(func=_demo)
+    metaworld = sub.add_parser(
+        "metaworld",
+        help="write Meta-World's scripted experts as a LeRobot v3.0 dataset (successful "
+        "episodes only; needs the metaworld extra)",
+    )
+    metaworld.add_argument("out", help="output directory (must not exist, or be empty)")
+    metaworld.add_argument(
+        "--tasks", default="mt10", help="mt10, mt50, easy|medium|hard|very_hard, or task names"
+    )
+    metaworld.add_argument("--episodes-per-task", type=_positive, default=50)
+    metaworld.add_argument("--image-size", type=_positive, default=128)
+    metaworld.add_argument("--seed", type=int, default=0)
+    metaworld.add_argument("--max-steps", type=_positive, default=400)
+    metaworld.set_defaults(func=_metaworld)
     stats = sub.add_parser("stats", help="compute meta/stats.json with Ray Data")
     stats.add_argument("root", help="LeRobot dataset root")
     stats.add_argument("--force", action="store_true", help="recompute even if stats exist")
@@ -145,7 +179,14 @@ def main(argv: list[str] | None = None) -> int:
         args.func(args)
     except ConfigError as err:
         return fail(err, 2)
-    except (DatasetError, FileExistsError, VideoDecodeError) as err:
+    except (
+        DatasetError,
+        FileExistsError,
+        VideoDecodeError,
+        ImportError,
+        ValueError,
+        RuntimeError,
+    ) as err:
         return fail(err, 1)
     return 0
 

@@ -117,18 +117,23 @@ class Normalizer:
     def load(cls, path: str | Path) -> Normalizer:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
+    def _tensors(self, feat: str, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Copies: arrays Ray passed to another process are read-only, which torch warns on."""
+        return tuple(
+            torch.tensor(np.array(v[feat]), device=x.device, dtype=x.dtype)
+            for v in (self.shift, self.scale)
+        )
+
     def normalize(self, feat: str, x: ArrayT) -> ArrayT:
         if isinstance(x, np.ndarray):
             return (x.astype(np.float32, copy=False) - self.shift[feat]) / self.scale[feat]
-        shift = torch.as_tensor(self.shift[feat], device=x.device, dtype=x.dtype)
-        scale = torch.as_tensor(self.scale[feat], device=x.device, dtype=x.dtype)
+        shift, scale = self._tensors(feat, x)
         return (x - shift) / scale
 
     def unnormalize(self, feat: str, x: ArrayT) -> ArrayT:
         if isinstance(x, np.ndarray):
             return x.astype(np.float32, copy=False) * self.scale[feat] + self.shift[feat]
-        shift = torch.as_tensor(self.shift[feat], device=x.device, dtype=x.dtype)
-        scale = torch.as_tensor(self.scale[feat], device=x.device, dtype=x.dtype)
+        shift, scale = self._tensors(feat, x)
         return x * scale + shift
 
 

@@ -12,6 +12,7 @@ NormalizationMode = Literal["mean_std", "min_max", "quantile", "quantile10"]
 OptimizerType = Literal["adamw"]
 SchedulerType = Literal["constant", "cosine"]
 Precision = Literal["fp32", "bf16"]
+EvalEnv = Literal["demo", "metaworld"]
 FrozenParams = Literal["auto", "replicate", "shard"]
 ResumeMode = Literal["auto", "never"]
 WandbMode = Literal["offline", "online", "disabled"]
@@ -250,10 +251,15 @@ class LoggingConfig:
 
 @dataclass
 class EvalConfig:
-    """Closed-loop episodes in the demo task's simulator; ignored for other datasets."""
+    """Closed-loop episodes: the demo task's simulator (on the demo dataset), or Meta-World."""
 
-    # Episodes run with the exported policy when training ends (0: none), next to a random and
-    # an instruction-blind baseline on the same scenes.
+    # `demo`: the demo task, scored only on the demo dataset. `metaworld`: Meta-World's tasks
+    # in Ray actors (needs the metaworld extra), for data written by `data metaworld` or
+    # LeRobot's Meta-World datasets.
+    env: EvalEnv = "demo"
+    # Episodes run with the exported policy when training ends (0: none), next to baselines
+    # on the same scenes: random and instruction-blind (demo), random and the scripted expert
+    # (metaworld, where this counts episodes per task).
     episodes: int = 0
     # Also run the policy's episodes at every validation (weights gathered on rank 0).
     at_validation: bool = False
@@ -261,6 +267,13 @@ class EvalConfig:
     rollouts_logged: int = 4
     seed: int = 1000  # scenes differ from the demo dataset's (seed data.demo_seed)
     n_action_steps: int = 0  # actions executed per predicted chunk; 0: the whole chunk
+    # metaworld: the tasks scored (mt10, mt50, easy|medium|hard|very_hard, or task names,
+    # comma-separated); empty: the dataset's own tasks.
+    tasks: str = ""
+    max_steps: int = 400  # metaworld: an episode not done by then fails (LeRobot's length)
+    # metaworld: Ray actors running episodes. They ask for no CPUs: the training workers hold
+    # theirs and wait while rank 0 scores.
+    workers: int = 2
 
 
 @dataclass

@@ -4,6 +4,7 @@ it: defaults are filled by the loader before it runs."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import re
 
@@ -82,6 +83,7 @@ def validate(cfg: Config) -> None:
             f"bad value for 'eval.n_action_steps': {cfg.eval.n_action_steps}, expected at most "
             f"data.chunk_size ({cfg.data.chunk_size})"
         )
+    _check_metaworld_eval(cfg)
     lora = cfg.model.lora
     if lora.r < 0 or lora.alpha <= 0 or not 0.0 <= lora.dropout < 1.0 or not lora.target_modules:
         raise ConfigError(
@@ -116,6 +118,35 @@ def _check_unused_families(cfg: Config) -> None:
 def mixture_entry_name(root: str, repo_id: str) -> str:
     """A mixture entry's default name: its directory's (or repo's) last part."""
     return (repo_id or root).rstrip("/").rsplit("/", 1)[-1]
+
+
+def _check_metaworld_eval(cfg: Config) -> None:
+    """eval.env=metaworld: known tasks, a step limit Meta-World allows, the extra installed."""
+    ev = cfg.eval
+    if ev.env != "metaworld":
+        return
+    if cfg.data.mixture and ev.episodes:
+        raise ConfigError(
+            "eval.env=metaworld scores a policy of one dataset; with data.mixture set "
+            "eval.episodes=0, or train on the Meta-World dataset alone"
+        )
+    from raytrain_vla.common.metaworld_tasks import resolve_tasks
+
+    if ev.tasks:
+        try:
+            resolve_tasks(ev.tasks)
+        except ValueError as err:
+            raise ConfigError(f"bad value for 'eval.tasks': {err}") from None
+    if not 1 <= ev.max_steps <= 500 or ev.workers < 1:
+        raise ConfigError(
+            f"bad value for 'eval.max_steps' or 'eval.workers': {ev.max_steps}, {ev.workers}; "
+            "expected 1..500 (Meta-World's path limit) and at least 1"
+        )
+    if ev.episodes > 0 and importlib.util.find_spec("metaworld") is None:
+        raise ConfigError(
+            f"eval.env=metaworld with eval.episodes={ev.episodes} needs Meta-World: "
+            "pip install 'raytrain_vla[metaworld]' (or eval.episodes=0)"
+        )
 
 
 def _check_mixture(data: DataConfig) -> None:

@@ -19,6 +19,7 @@ import numpy as np
 from raytrain_vla.common.run_storage import JsonlLog, RunPath, is_remote, upload_directory
 from raytrain_vla.config.schema import LoggingConfig
 from raytrain_vla.sim.closed_loop import EvalResult, frame_strip
+from raytrain_vla.sim.metaworld_eval import Episode
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +138,29 @@ class MetricsLogger:
         except Exception as err:  # noqa: BLE001 - tracking must never kill training
             log.warning("wandb rollouts not logged: %s", err)
 
+    def log_metaworld_eval(self, step: int, metrics: dict[str, float], recorded: list) -> None:
+        """Meta-World success (per controller, group and task), and the policy's recorded
+        episodes as mp4s in RUN/rollouts/ and a wandb table."""
+        self.log(step, metrics, kind="eval")
+        if not recorded:
+            return
+        out = _local_dir(self.path.parent, "rollouts")
+        paths = write_rollouts(out, recorded, prefix=f"step{step:06d}_metaworld_")
+        if is_remote(self.path.parent):
+            upload_directory(out, self.path.parent / "rollouts", replace=False)
+        if self.wandb is None:
+            return
+        try:
+            import wandb
+
+            table = wandb.Table(columns=["task", "episode", "success", "steps", "video"])
+            for e, path in zip(recorded, paths, strict=True):
+                video = wandb.Video(str(path), format="mp4")
+                table.add_data(e.task, e.episode, e.success, e.steps, video)
+            self.wandb.log({"eval/rollouts": table}, step=step)
+        except Exception as err:  # noqa: BLE001 - tracking must never kill training
+            log.warning("wandb rollouts not logged: %s", err)
+
     def _line(self, step: int, metrics: dict, kind: str) -> str:
         if kind != "train":
             body = " ".join(f"{k}={_fmt(v)}" for k, v in metrics.items())
@@ -159,3 +183,19 @@ class MetricsLogger:
         self.jsonl.close()
         if self.wandb is not None:
             self.wandb.finish()
+
+
+def write_rollouts(out: Path, recorded: list[Episode], prefix: str = "") -> list[Path]:
+    """Each recorded episode as an mp4 at LeRobot's 80 fps:
+    `{prefix}{task}_ep{k}_{success|failure}.mp4`."""
+    from raytrain_vla.data.formats.video import encode_video
+    from raytrain_vla.sim.metaworld_env import FPS
+
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for e in recorded:
+        outcome = "success" if e.success else "failure"
+        path = out / f"{prefix}{e.task}_ep{e.episode}_{outcome}.mp4"
+        encode_video(path, e.frames, FPS)
+        paths.append(path)
+    return paths

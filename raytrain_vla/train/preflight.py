@@ -118,7 +118,7 @@ def _mixture_findings(cfg: Config) -> list[Finding]:
         findings += [Finding(f.level, f"data.mixture {name!r}: {f.message}") for f in own]
     findings += _unused_data_findings(cfg) + _chunk_findings(cfg)
     demos = [name for name, sub, _ in metas if is_demo_dataset(sub.data.root)]
-    if cfg.eval.episodes > 0:
+    if cfg.eval.episodes > 0 and cfg.eval.env == "demo":
         findings.append(
             Finding(
                 "note",
@@ -149,7 +149,9 @@ def preflight(cfg: Config) -> list[Finding]:
         findings += _text_findings(cfg, meta, budget)
     findings += _episode_findings(cfg, meta)
     findings += _unused_data_findings(cfg) + _chunk_findings(cfg)
-    if cfg.eval.episodes > 0 and not is_demo_dataset(cfg.data.root):
+    if cfg.eval.env == "metaworld":
+        findings += _metaworld_findings(cfg, meta)
+    elif cfg.eval.episodes > 0 and not is_demo_dataset(cfg.data.root):
         findings.append(
             Finding(
                 "note",
@@ -159,6 +161,36 @@ def preflight(cfg: Config) -> list[Finding]:
             )
         )
     return findings
+
+
+def _metaworld_findings(cfg: Config, meta: LeRobotMeta) -> list[Finding]:
+    """eval.env=metaworld needs tasks to score and Meta-World's one camera, 4-D state and
+    action in the data the policy learns from."""
+    from raytrain_vla.common.metaworld_tasks import eval_tasks
+
+    if cfg.eval.episodes == 0:
+        return []
+    try:
+        tasks = eval_tasks(cfg.eval.tasks, meta.tasks)
+    except ValueError as err:
+        return [Finding("error", str(err))]
+    shapes = (len(meta.camera_keys), meta.state_dim, meta.action_dim)
+    if shapes != (1, 4, 4):
+        return [
+            Finding(
+                "error",
+                f"eval.env=metaworld: {meta.root} has {shapes[0]} camera(s), {shapes[1]}-D state "
+                f"and {shapes[2]}-D actions; Meta-World's policies see 1 camera, 4-D state and "
+                "4-D actions",
+            )
+        ]
+    return [
+        Finding(
+            "note",
+            f"eval.env=metaworld: {cfg.eval.episodes} episodes of each of {len(tasks)} tasks "
+            f"({', '.join(tasks[:3])}{', ...' if len(tasks) > 3 else ''}) at the end of the run",
+        )
+    ]
 
 
 def _camera_findings(cfg: Config, meta: LeRobotMeta) -> list[Finding]:

@@ -8,6 +8,7 @@ the family contract (`models/base.py`); Ray only through the `Session` the worke
 
 from __future__ import annotations
 
+import functools
 import shutil
 import tempfile
 import time
@@ -22,6 +23,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import register_fsdp_forward_method
 
 from raytrain_vla import policy as policy_lib
+from raytrain_vla.common.metaworld_tasks import eval_tasks
 from raytrain_vla.common.run_storage import (
     JsonlLog,
     RunPath,
@@ -36,6 +38,13 @@ from raytrain_vla.models.checks import check_roles
 from raytrain_vla.models.registry import get_family
 from raytrain_vla.policy.format import PolicyMeta, write_policy
 from raytrain_vla.sim.closed_loop import evaluate, is_demo_dataset, render_size, run_episodes
+from raytrain_vla.sim.metaworld_eval import (
+    CONTROLLERS,
+    Episode,
+    PolicyFactory,
+    evaluate_metaworld,
+    policy_image_size,
+)
 from raytrain_vla.train import faults
 from raytrain_vla.train.checkpoint import load_checkpoint, tensor_state, write_sidecars
 from raytrain_vla.train.checkpoint_saver import CheckpointSaver
@@ -135,6 +144,10 @@ class Trainer:
             self.eval_robot = demos[0] if demos else None
         demo = self.eval_robot is not None or (not self.mixture and is_demo_dataset(cfg.data.root))
         self.eval_episodes = cfg.eval.episodes if demo else 0
+        self.metaworld_tasks: list[str] = []  # eval.env=metaworld: the tasks scored
+        if cfg.eval.env == "metaworld" and cfg.eval.episodes:
+            self.metaworld_tasks = eval_tasks(cfg.eval.tasks, self.view.tasks)
+            self.eval_episodes = cfg.eval.episodes
         self.logger = self._open_logger() if self.rank == 0 else None
         self.samples = self._open_samples_log()
         self.val = self._val_batches()
@@ -428,6 +441,12 @@ class Trainer:
         if self.rank != 0:
             return {}
         ev = self.cfg.eval
+        if self.metaworld_tasks:
+            make_policy = functools.partial(
+                policy_lib.from_state, state, self.policy_meta, self.view.normalizer, ev.seed,
+                ev.n_action_steps,
+            )  # fmt: skip
+            return self._metaworld_scores(make_policy, ("policy",), record=0)[0]
         live = policy_lib.from_state(
             state, self.policy_meta, self.view.normalizer, ev.seed, ev.n_action_steps
         )
@@ -440,6 +459,26 @@ class Trainer:
             "eval_success_rate": result.success_rate,
             "eval_final_distance": result.mean_final_distance,
         }
+
+    def _metaworld_scores(
+        self, make_policy: PolicyFactory, controllers: tuple[str, ...], record: int
+    ) -> tuple[dict[str, float], list[Episode]]:
+        """Rank 0: Meta-World success of each controller, overall, by group and per task, as
+        metrics (`eval_success_rate...` for the policy alone at validation)."""
+        ev = self.cfg.eval
+        image_size = policy_image_size(make_policy())
+        scores, recorded = evaluate_metaworld(
+            make_policy, self.metaworld_tasks, self.eval_episodes, ev.seed, image_size,
+            controllers, ev.max_steps, record, ev.workers, num_cpus=0,
+        )  # fmt: skip
+        prefix = "eval" if controllers == ("policy",) else None
+        metrics: dict[str, float] = {}
+        for name, score in scores.items():
+            key = f"{prefix or name}_success_rate"
+            metrics[key] = score.success_rate
+            metrics.update({f"{key}/{g}": v for g, v in score.by_group.items()})
+            metrics.update({f"{key}/{t}": v for t, v in score.per_task.items()})
+        return metrics, recorded
 
     # -- end of run --------------------------------------------------------------------------
     def _frozen_from_source(self) -> dict[str, torch.Tensor]:
@@ -465,7 +504,16 @@ class Trainer:
             dist.barrier()
         if not self.logger:
             return
-        if self.eval_episodes:
+        if self.metaworld_tasks:
+            ev = self.cfg.eval
+            make_policy = functools.partial(
+                policy_lib.load, export_dir, seed=ev.seed, n_action_steps=ev.n_action_steps
+            )
+            metrics, recorded = self._metaworld_scores(
+                make_policy, CONTROLLERS, record=ev.rollouts_logged
+            )
+            self.logger.log_metaworld_eval(self.cfg.train.steps, metrics, recorded)
+        elif self.eval_episodes:
             ev = self.cfg.eval
             exported = policy_lib.load(export_dir, seed=ev.seed, n_action_steps=ev.n_action_steps)
             if self.eval_robot:

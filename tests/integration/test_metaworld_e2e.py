@@ -1,0 +1,142 @@
+"""Meta-World end to end on the session's cluster, through the README's own command lines (sizes
+cut): expert demos (2 tasks x 2 episodes at 32 px) -> a few training steps with closed-loop
+scoring -> `eval --env metaworld` on the export, twice. Plus the bookkeeping checked against the
+expert, and the random baseline on MT10."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from raytrain_vla import eval as eval_cli
+from raytrain_vla import run
+from raytrain_vla.common.metaworld_tasks import DESCRIPTIONS, MT10
+from raytrain_vla.data.formats.lerobot import LeRobotMeta, read_frames_table
+from raytrain_vla.data.inspect import find_problems
+from raytrain_vla.data.metaworld_demos import roll_out_task
+from raytrain_vla.data_cli import main as data_cli
+from raytrain_vla.sim import metaworld_env as mw
+from raytrain_vla.sim.metaworld_eval import evaluate_metaworld
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+TASKS = ["reach-v3", "drawer-close-v3"]
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_args(module: str, fill: dict[str, str], *extra: str) -> list[str]:
+    """The README's one `python -m raytrain_vla.<module> ... metaworld ...` line as arguments,
+    words replaced by `fill`, then `extra` (later flags win)."""
+    blocks = re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S)
+    lines = [
+        line
+        for block in blocks
+        for line in block.replace("\\\n", " ").splitlines()
+        if line.startswith(f"python -m raytrain_vla.{module} ") and "metaworld" in line
+    ]
+    assert len(lines) == 1, lines
+    words = shlex.split(lines[0].split(" #", 1)[0])[3:]
+    return [fill.get(w, w) for w in words] + list(extra)
+
+
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory) -> tuple[Path, dict]:
+    root = tmp_path_factory.mktemp("metaworld") / "mw"
+    fill = {"OUT": str(root), "mt10": ",".join(TASKS), "25": "2", "64": "32"}
+    assert data_cli(readme_args("data", fill)) == 0
+    return root, json.loads((root / "meta" / "metaworld.json").read_text())["per_task"]
+
+
+def test_demos_are_a_clean_lerobot_dataset_of_successful_expert_episodes(demos):
+    root, report = demos
+    assert find_problems(root) == []
+    meta = LeRobotMeta.load(root)
+    assert meta.num_episodes == 4 and meta.fps == mw.FPS
+    assert meta.tasks == [DESCRIPTIONS[t] for t in TASKS]
+    assert set(meta.features) >= {
+        "observation.image", "observation.state", "action", "timestamp", "frame_index",
+        "episode_index", "index", "task_index",
+    }  # fmt: skip
+    assert meta.camera_shape("observation.image") == (3, 32, 32)
+    assert meta.state_dim == 4 and meta.action_dim == 4
+    table = read_frames_table(meta, ["action", "episode_index"])
+    actions = np.stack(table.column("action").to_numpy(zero_copy_only=False))
+    assert np.abs(actions).max() <= 1.0
+    sidecar = json.loads((root / "meta" / "metaworld.json").read_text())
+    assert sidecar["tasks"] == TASKS and sidecar["image_size"] == 32
+    # The bookkeeping against the expert itself: each kept seed, replayed without a camera,
+    # succeeds in exactly the episode's length, and attempts count the failures too.
+    lengths = list(meta.episode_length)
+    for k, task in enumerate(TASKS):
+        assert report[task]["episodes"] == 2
+        assert report[task]["expert_success_rate"] == 2 / report[task]["attempts"]
+        env = mw.MetaWorldTask(task, image_size=None)
+        for j, seed in enumerate(report[task]["reset_seeds"]):
+            step, steps = env.reset(seed), 0
+            while not step.done:
+                step, steps = env.step(env.expert_action()), steps + 1
+            assert step.success and steps == lengths[2 * k + j]
+        env.close()
+
+
+def test_the_same_seed_rolls_out_the_same_frames_states_and_actions():
+    first, again = (roll_out_task("reach-v3", 1, 24, 7, 400, 3) for _ in range(2))
+    (a,), (b,) = first.episodes, again.episodes
+    assert first.seeds == again.seeds
+    for key in ("state", "action"):
+        np.testing.assert_array_equal(getattr(a, key), getattr(b, key))
+    np.testing.assert_array_equal(a.cameras[mw.IMAGE_KEY], b.cameras[mw.IMAGE_KEY])
+
+
+def test_train_scores_metaworld_and_eval_of_the_export_is_reproducible(demos, tmp_path, capsys):
+    root, _ = demos
+    fill = {
+        "--data.root=OUT": f"--data.root={root}", "--train.steps=6000": "--train.steps=2",
+        "--eval.episodes=10": "--eval.episodes=2",
+    }  # fmt: skip
+    args = readme_args(
+        "run", fill, "--data.val_fraction=0.25", "--train.global_batch_size=8",
+        "--train.micro_batch_size=4", "--train.val_interval=2", "--train.save_interval=2",
+        f"--ray.storage_path={tmp_path / 'runs'}", "--ray.run_name=mw",
+        "--logging.wandb_mode=disabled", "--logging.console=false", "--eval.max_steps=30",
+        "--eval.rollouts_logged=1", "--eval.at_validation=true",
+    )  # fmt: skip
+    assert run.main(args) == 0
+    run_dir = tmp_path / "runs" / "mw"
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    (val,) = [r for r in records if r["kind"] == "val"]
+    assert {"eval_success_rate", "eval_success_rate/easy", "eval_success_rate/reach-v3"} <= set(val)
+    (final,) = [r for r in records if r["kind"] == "eval"]
+    for name in ("policy", "random", "expert"):
+        assert 0.0 <= final[f"{name}_success_rate"] <= 1.0
+    # 30 steps are too few for either task's expert (35-90 steps) and for a 2-step policy.
+    assert final["expert_success_rate"] == 0.0
+    assert sorted(p.name for p in (run_dir / "rollouts").glob("*.mp4")) == [
+        f"step000002_metaworld_{t}_ep0_failure.mp4" for t in sorted(TASKS)
+    ]
+    capsys.readouterr()
+    lines = []
+    for k in range(2):
+        out = tmp_path / f"eval{k}"
+        fill = {"runs/metaworld/export": str(run_dir / "export"), "mt10": "reach", "10": "2"}
+        extra = ["--max-steps", "80", "--record", "1", "--workers", str(2 - k)]
+        cli = readme_args("eval", {**fill, "OUT": str(out)}, *extra)
+        assert eval_cli.main(cli) == 0
+        lines.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+        assert (out / "scores.json").is_file()
+        assert len(list((out / "rollouts").glob("reach-v3_ep0_*.mp4"))) == 1
+    assert lines[0] == lines[1]  # 2 actors, then 1: the same scores
+    assert set(lines[0]["policy"]["per_task"]) == {"reach-v3"}
+    assert lines[0]["expert"]["per_task"]["reach-v3"] == 1.0  # the expert reaches in 35-65 steps
+    assert eval_cli.main(cli) == 1  # --out is not empty now: refused, nothing overwritten
+
+
+def test_random_actions_almost_never_solve_mt10():
+    scores, _ = evaluate_metaworld(
+        None, list(MT10), episodes=3, seed=0, image_size=32, controllers=("random",), workers=2
+    )
+    assert scores["random"].success_rate <= 0.1
