@@ -23,6 +23,12 @@ from raytrain_vla import policy as policy_lib
 from raytrain_vla.cli import fail
 from raytrain_vla.common.location import is_uri
 
+# What the Meta-World flags mean when not given (they are refused with --env demo).
+METAWORLD_DEFAULTS = {
+    "tasks": "mt10", "max_steps": 400, "workers": 2, "record": 1, "out": None,
+    "no_baselines": False,
+}  # fmt: skip
+
 
 def _path(text: str) -> Path | str:
     """A URI stays a string (`Path` would fold its `//`); `policy.load` downloads it."""
@@ -48,21 +54,18 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _metaworld(args: argparse.Namespace) -> int:
     """Everything is checked (tasks, extra installed, policy shapes, output) before Ray starts."""
-    from raytrain_vla.common.metaworld_tasks import resolve_tasks
+    from raytrain_vla.common.metaworld_tasks import check_max_steps, resolve_tasks
     from raytrain_vla.sim import metaworld_eval as mwe
     from raytrain_vla.sim.metaworld_env import require_metaworld
 
     try:
         tasks = resolve_tasks(args.tasks)
         require_metaworld()
-        if not 1 <= args.max_steps <= 500:
-            raise ValueError(
-                f"--max-steps must be in 1..500 (Meta-World's path limit), got {args.max_steps}"
-            )
+        check_max_steps(args.max_steps, "--max-steps")
         make_policy = functools.partial(
             policy_lib.load, args.policy_dir, seed=args.seed, n_action_steps=args.n_action_steps
         )
-        image_size = mwe.policy_image_size(make_policy())
+        image_size = mwe.policy_image_size(make_policy().meta.data_spec)
         out = Path(args.out) if args.out else None
         if out is not None and out.exists() and any(out.iterdir()):
             raise FileExistsError(f"--out {out} exists and is not empty; refusing to overwrite it")
@@ -97,20 +100,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1000, help="scenes differ from training's")
     parser.add_argument("--n-action-steps", type=int, default=0, help="0: the whole chunk")
     parser.add_argument("--embodiment", default=None, help="demo: a mixture policy's robot")
-    mw = parser.add_argument_group("metaworld")
-    mw.add_argument("--tasks", default="mt10", help="mt10, mt50, a group, or task names")
-    mw.add_argument("--max-steps", type=int, default=400, help="LeRobot's episode length")
-    mw.add_argument("--workers", type=int, default=2, help="Ray actors running episodes")
-    mw.add_argument("--record", type=int, default=1, help="mp4s of the first N episodes a task")
-    mw.add_argument("--out", default=None, help="scores.json and rollouts/*.mp4 (new or empty)")
-    mw.add_argument("--no-baselines", action="store_true", help="skip random and expert")
+    mw = parser.add_argument_group("metaworld (refused with --env demo)")
+    mw.add_argument("--tasks", help="mt10 (default), mt50, a group, or task names")
+    mw.add_argument("--max-steps", type=int, help="LeRobot's episode length (default 400)")
+    mw.add_argument("--workers", type=int, help="Ray actors running episodes (default 2)")
+    mw.add_argument("--record", type=int, help="mp4s of the first N episodes a task (1; --out)")
+    mw.add_argument("--out", help="scores.json and rollouts/*.mp4 (new or empty)")
+    mw.add_argument("--no-baselines", action="store_true", default=None, help="no random/expert")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    if args.episodes is None:
-        args.episodes = 50 if args.env == "demo" else 10
-    if args.episodes < 1 or args.workers < 1:
-        return fail("--episodes and --workers must be at least 1", 2)
+    given = [k for k in METAWORLD_DEFAULTS if getattr(args, k) is not None]
+    if args.env == "demo" and given:
+        return fail(f"--{given[0].replace('_', '-')} applies to --env metaworld only", 2)
     if args.env == "metaworld" and args.embodiment is not None:
         return fail("--embodiment applies to --env demo only", 2)
+    if args.record is not None and args.out is None:
+        return fail("--record writes mp4s into --out: give --out DIR", 2)
+    for key, default in METAWORLD_DEFAULTS.items():
+        setattr(args, key, default if getattr(args, key) is None else getattr(args, key))
+    if args.episodes is None:
+        args.episodes = 50 if args.env == "demo" else 10
+    if args.episodes < 1 or args.workers < 1 or args.record < 0:
+        return fail("--episodes and --workers must be at least 1, --record at least 0", 2)
     return _metaworld(args) if args.env == "metaworld" else _demo(args)
 
 

@@ -95,6 +95,18 @@ TASK_INDEX: dict[str, int] = {name: i for i, name in enumerate(MT50)}  # LeRobot
 _BY_DESCRIPTION = {text: name for name, text in DESCRIPTIONS.items()}
 
 
+MAX_PATH_LENGTH = 500  # Meta-World refuses to step an episode further
+
+
+def check_max_steps(max_steps: int, key: str) -> None:
+    """A step limit Meta-World allows (a ValueError naming `key` otherwise)."""
+    if not 1 <= max_steps <= MAX_PATH_LENGTH:
+        raise ValueError(
+            f"bad value for {key!r}: {max_steps}, expected 1..{MAX_PATH_LENGTH} (Meta-World's "
+            "path limit)"
+        )
+
+
 def group_of(task: str) -> str:
     return next(group for group, names in GROUPS.items() if task in names)
 

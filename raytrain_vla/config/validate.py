@@ -121,27 +121,36 @@ def mixture_entry_name(root: str, repo_id: str) -> str:
 
 
 def _check_metaworld_eval(cfg: Config) -> None:
-    """eval.env=metaworld: known tasks, a step limit Meta-World allows, the extra installed."""
-    ev = cfg.eval
+    """eval.env=metaworld: known tasks, a step limit Meta-World allows, the extra installed.
+    Its own keys are refused with eval.env=demo, which would ignore them."""
+    from raytrain_vla.common.metaworld_tasks import check_max_steps, resolve_tasks
+    from raytrain_vla.config.schema import EvalConfig
+
+    ev, default = cfg.eval, EvalConfig()
     if ev.env != "metaworld":
+        own = ("tasks", "max_steps", "workers")
+        given = [k for k in own if getattr(ev, k) != getattr(default, k)]
+        if given:
+            raise ConfigError(
+                f"'eval.{given[0]}' applies to eval.env=metaworld only (eval.env is {ev.env!r})"
+            )
         return
     if cfg.data.mixture and ev.episodes:
         raise ConfigError(
             "eval.env=metaworld scores a policy of one dataset; with data.mixture set "
             "eval.episodes=0, or train on the Meta-World dataset alone"
         )
-    from raytrain_vla.common.metaworld_tasks import resolve_tasks
-
-    if ev.tasks:
-        try:
+    try:
+        if ev.tasks:
             resolve_tasks(ev.tasks)
-        except ValueError as err:
-            raise ConfigError(f"bad value for 'eval.tasks': {err}") from None
-    if not 1 <= ev.max_steps <= 500 or ev.workers < 1:
+        check_max_steps(ev.max_steps, "eval.max_steps")
+    except ValueError as err:
+        message = str(err)
         raise ConfigError(
-            f"bad value for 'eval.max_steps' or 'eval.workers': {ev.max_steps}, {ev.workers}; "
-            "expected 1..500 (Meta-World's path limit) and at least 1"
-        )
+            message if message.startswith("bad value") else f"bad value for 'eval.tasks': {err}"
+        ) from None
+    if ev.workers < 1:
+        raise ConfigError(f"bad value for 'eval.workers': {ev.workers}, expected at least 1")
     if ev.episodes > 0 and importlib.util.find_spec("metaworld") is None:
         raise ConfigError(
             f"eval.env=metaworld with eval.episodes={ev.episodes} needs Meta-World: "

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from raytrain_vla.common.atomic import refuse_non_empty
-from raytrain_vla.common.metaworld_tasks import resolve_tasks
+from raytrain_vla.common.metaworld_tasks import check_max_steps, resolve_tasks
 from raytrain_vla.data.formats.writer import (
     DatasetSpec,
     EpisodeData,
@@ -91,10 +91,11 @@ def write_metaworld_dataset(
     names = resolve_tasks(tasks)
     refuse_non_empty(root)
     mw.require_metaworld()
-    if episodes_per_task < 1 or image_size < 8 or not 1 <= max_steps <= 500:
+    check_max_steps(max_steps, "--max-steps")
+    if episodes_per_task < 1 or image_size < 8:
         raise ValueError(
-            "need episodes_per_task >= 1, image_size >= 8 and 1 <= max_steps <= 500 "
-            f"(Meta-World's path limit); got {episodes_per_task}, {image_size}, {max_steps}"
+            "need episodes_per_task >= 1 and image_size >= 8; got "
+            f"{episodes_per_task}, {image_size}"
         )
     if not ray.is_initialized():
         ray.init(include_dashboard=False, log_to_driver=False)
@@ -144,19 +145,3 @@ def write_metaworld_dataset(
     (root / SIDECAR).write_text(json.dumps(sidecar, indent=2) + "\n")
     log.info("Meta-World demos written in %.1f s", time.perf_counter() - start)
     return root, report
-
-
-def is_metaworld_dataset(root: str | os.PathLike) -> bool:
-    """Written by `write_metaworld_dataset`, or its tasks are all Meta-World instructions."""
-    from raytrain_vla.common.metaworld_tasks import task_of_instruction
-
-    root = Path(root)
-    if (root / SIDECAR).is_file():
-        return True
-    try:
-        from raytrain_vla.data.formats.lerobot import LeRobotMeta
-
-        tasks = LeRobotMeta.load(root).tasks
-    except (OSError, ValueError):
-        return False
-    return bool(tasks) and all(task_of_instruction(t) for t in tasks)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from raytrain_vla.common.metaworld_tasks import GROUPS, group_of
+from raytrain_vla.common.spec import DataSpec
 from raytrain_vla.sim import metaworld_env as mw
 
 CONTROLLERS = ("policy", "random", "expert")
@@ -118,20 +119,21 @@ class EpisodeRunner:
             env.close()
 
 
-def policy_image_size(policy) -> int:
-    """Render at the resolution the policy was trained from (its processor resizes anyway)."""
-    if len(policy.camera_keys) != 1:
+def policy_image_size(spec: DataSpec) -> int:
+    """Render at the resolution the policy was trained from (its processor resizes anyway);
+    a ValueError when its data cannot be Meta-World's (one camera, 4-D state and actions)."""
+    if len(spec.camera_keys) != 1:
         raise ValueError(
-            f"Meta-World has one camera; this policy reads {len(policy.camera_keys)} "
-            f"({', '.join(policy.camera_keys)})"
+            f"Meta-World has one camera; this policy reads {len(spec.camera_keys)} "
+            f"({', '.join(spec.camera_keys)})"
         )
-    (camera,) = policy.camera_keys
-    if policy.state_dim != 4 or policy.action_dim != 4:
+    (camera,) = spec.camera_keys
+    if spec.state_dim != 4 or spec.action_dim != 4:
         raise ValueError(
-            f"Meta-World's state and action are 4-D; this policy's are {policy.state_dim}-D and "
-            f"{policy.action_dim}-D"
+            f"Meta-World's state and action are 4-D; this policy's are {spec.state_dim}-D and "
+            f"{spec.action_dim}-D"
         )
-    return int(policy.camera_shapes[camera][1])
+    return int(spec.camera_shapes[camera][1])
 
 
 def evaluate_metaworld(

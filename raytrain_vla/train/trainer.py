@@ -466,7 +466,7 @@ class Trainer:
         """Rank 0: Meta-World success of each controller, overall, by group and per task, as
         metrics (`eval_success_rate...` for the policy alone at validation)."""
         ev = self.cfg.eval
-        image_size = policy_image_size(make_policy())
+        image_size = policy_image_size(self.policy_meta.data_spec)
         scores, recorded = evaluate_metaworld(
             make_policy, self.metaworld_tasks, self.eval_episodes, ev.seed, image_size,
             controllers, ev.max_steps, record, ev.workers, num_cpus=0,

@@ -67,8 +67,8 @@ def test_groups_and_overall_rates_are_means_over_tasks():
     ("args", "message"),
     [
         (["--eval.tasks=mt10,sweep-it"], "'eval.tasks': unknown Meta-World task 'sweep-it'"),
-        (["--eval.max_steps=600"], "'eval.max_steps' or 'eval.workers': 600"),
-        (["--eval.workers=0"], "'eval.max_steps' or 'eval.workers'"),
+        (["--eval.max_steps=600"], "bad value for 'eval.max_steps': 600, expected 1..500"),
+        (["--eval.workers=0"], "bad value for 'eval.workers': 0"),
         (
             ["--data.mixture=[{root: a, weight: 1}, {root: b, weight: 1}]"],
             "eval.env=metaworld scores a policy of one dataset",
@@ -78,6 +78,29 @@ def test_groups_and_overall_rates_are_means_over_tasks():
 def test_bad_metaworld_eval_keys_are_refused_at_load(args, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
         parse_cli(["--eval.env=metaworld", "--eval.episodes=2", *args])
+
+
+@pytest.mark.parametrize("key", ["tasks=mt10", "max_steps=200", "workers=4"])
+def test_metaworld_keys_are_refused_with_the_demo_env_not_ignored(key):
+    with pytest.raises(ConfigError, match=f"'eval.{key.split('=')[0]}' applies to eval.env"):
+        parse_cli([f"--eval.{key}"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--tasks", "mt10"], "--tasks applies to --env metaworld only"),
+        (["--no-baselines"], "--no-baselines applies to --env metaworld only"),
+        (["--env", "metaworld", "--record", "2"], "--record writes mp4s into --out"),
+        (["--env", "metaworld", "--embodiment", "arm"], "--embodiment applies to --env demo"),
+    ],
+)
+def test_eval_cli_refuses_flags_it_would_ignore_in_one_line(args, message, capsys):
+    from raytrain_vla import eval as eval_cli
+
+    assert eval_cli.main(["some/policy", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
 
 
 def _fake_metaworld_data(root: Path, state_dim: int = 4) -> Path:
