@@ -1,15 +1,16 @@
 """How much training time a checkpoint costs: synchronous against background saves.
 
-2 gloo workers (as a run on this machine) train flow_vla widened to `--d-model` (about 136M
+`--workers` gloo workers (2, as a run on this machine; 1 leaves a core idle, as a GPU node's host
+CPUs are) train flow_vla widened to `--d-model` (about 136M
 parameters at the default, so a synchronous save of parameters plus AdamW state takes seconds)
 with the trainer's own pieces: `apply_fsdp`, `StepRunner`, `tensor_state` and `CheckpointSaver`.
 Each worker:
 
-1. times `--steps` steps with no save (the baseline step time);
-2. saves synchronously (DCP shards + manifest): the whole save is stall;
-3. saves in the background, and keeps training, polling every step as the trainer does, until
-   the save is complete; the stall is the time of the `save` call (staging into host memory)
-   plus what the steps in flight took beyond the baseline.
+1. saves synchronously (DCP shards + manifest): the whole save is stall;
+2. times a window of `--steps` steps (more if the save is still in flight) with a background save
+   started at its beginning, polling every step as the trainer does, beside a window of the same
+   number of steps without a save, in alternating order so that drift cancels. The stall is
+   what the save's window took beyond the baseline's step time.
 
 `stall_ratio` = background stall / synchronous save time, the larger of the two workers' (the
 slower rank holds the others at the next collective). Repeats `--repeats` times, median. JSON.
@@ -87,20 +88,18 @@ def _rank(rank: int, world: int, store: str, args: argparse.Namespace, out: str)
     runner = StepRunner(model, optimizer, scheduler, groups, noise_fn, grad_clip=1.0)
     step = 0
 
-    def train_step(saver: CheckpointSaver | None = None) -> float:
+    def train_step(saver: CheckpointSaver | None = None) -> None:
         nonlocal step
-        start = time.perf_counter()
         runner.run(step, [batch(step, rank)])
         if saver is not None:
             saver.poll()
         step += 1
-        return time.perf_counter() - start
 
     for _ in range(2):  # warm-up: AdamW state exists from here on
         train_step()
     root = Path(tempfile.mkdtemp(prefix="ckpt_stall-", dir=args.dir))
     sync = CheckpointSaver(background=False, device=torch.device("cpu"))
-    background = CheckpointSaver(background=True, device=torch.device("cpu"))
+    background = CheckpointSaver(background=True, device=torch.device("cpu"), optimizer=optimizer)
     # As in a run, one saver serves every save: the first starts DCP's checkpoint process and
     # allocates the staging buffers, once per run, so it is left out of the timing.
     start = time.perf_counter()
@@ -109,31 +108,39 @@ def _rank(rank: int, world: int, store: str, args: argparse.Namespace, out: str)
     first_save_s = time.perf_counter() - start
     rows = []
     for repeat in range(args.repeats):
-        base = statistics.median(train_step() for _ in range(args.steps))
         dist.barrier()
         start = time.perf_counter()
         sync.save(root / f"sync{repeat}", tensor_state(model, optimizer), rank, lambda: None)
         sync_s = time.perf_counter() - start
-        done = []
-        dist.barrier()
-        start = time.perf_counter()
-        background.save(
-            root / f"async{repeat}",
-            tensor_state(model, optimizer),
-            rank,
-            lambda: done.append(1),  # noqa: B023 - called before the loop moves on
-        )
-        call_s = time.perf_counter() - start
-        in_flight = []
-        while not done:
-            in_flight.append(train_step(background))
-        write_s = time.perf_counter() - start
-        stall = call_s + sum(in_flight) - base * len(in_flight)
+        # A window of steps with a background save started at its beginning, and beside it (in
+        # alternating order, so that drift in the machine's speed cancels) a window of the same
+        # steps without one. The save's window runs until the save is complete.
+        windows = {}
+        for kind in ("base", "save") if repeat % 2 == 0 else ("save", "base"):
+            done: list = []
+            dist.barrier()
+            start = time.perf_counter()
+            if kind == "save":
+                background.save(
+                    root / f"async{repeat}",
+                    tensor_state(model, optimizer),
+                    rank,
+                    lambda d=done: d.append(1),
+                )
+            call_s = time.perf_counter() - start
+            steps = 0
+            while steps < args.steps or (kind == "save" and not done):
+                train_step(background)
+                steps += 1
+            windows[kind] = (time.perf_counter() - start, steps, call_s)
+        base_s, base_steps, _ = windows["base"]
+        save_s, save_steps, call_s = windows["save"]
+        step_s = base_s / base_steps
         rows.append(
             {
-                "step_s": base, "sync_save_s": sync_s, "async_call_s": call_s,
-                "async_steps_in_flight": len(in_flight), "async_write_s": write_s,
-                "async_stall_s": stall,
+                "step_s": step_s, "sync_save_s": sync_s, "async_call_s": call_s,
+                "async_steps_in_flight": save_steps, "async_window_s": save_s,
+                "async_stall_s": save_s - step_s * save_steps,
             }
         )  # fmt: skip
     background.close()
@@ -151,8 +158,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--d-model", type=int, default=768)
     parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=3, help="baseline steps per repeat")
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=3, help="steps per window (at least)")
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--dir", default=None, help="where checkpoints are written (a temp dir)")
     args = parser.parse_args()

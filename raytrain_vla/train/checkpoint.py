@@ -45,6 +45,7 @@ from raytrain_vla.train.train_state import (
     rng_state,
     set_rng_state,
 )
+from raytrain_vla.train.write_behind import WriteBehindWriter
 
 SCHEDULER = "scheduler.json"
 CONFIG = "config.yaml"
@@ -75,7 +76,7 @@ def write_tensors(
     directory: Path, state: dict, rank: int, group: dist.ProcessGroup | None = None
 ) -> None:
     """Collective over `group`: DCP shards, then the manifest, which completes the checkpoint."""
-    dcp.save(state, checkpoint_id=str(directory), process_group=group)
+    dcp.save(state, storage_writer=WriteBehindWriter(directory), process_group=group)
     write_manifest(directory, rank, group)  # last: a checkpoint with a manifest is complete
 
 

@@ -11,21 +11,22 @@ The check itself is `policy.integrity`'s, which `export` and `policy.load` run t
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import torch.distributed as dist
 
 from raytrain_vla.common.atomic import write_text_atomic
 from raytrain_vla.policy.integrity import MANIFEST, checkpoint_problems, file_digest
+from raytrain_vla.train.write_behind import recorded_digest
 
 __all__ = ["MANIFEST", "all_problems", "checkpoint_problems", "digest_directory", "write_manifest"]
 
 
 def digest_directory(directory: Path) -> dict[str, dict[str, int]]:
-    """Every file under `directory` (but a manifest), by its path relative to it."""
+    """Every file under `directory` (but a manifest), by its path relative to it: the digest
+    its writer recorded (DCP's shards), else read from the file."""
     return {
-        p.relative_to(directory).as_posix(): file_digest(p)
+        p.relative_to(directory).as_posix(): recorded_digest(p) or file_digest(p)
         for p in sorted(directory.rglob("*"))
         if p.is_file() and p.name != MANIFEST
     }
@@ -35,14 +36,13 @@ def write_manifest(
     directory: Path,
     rank: int,
     group: dist.ProcessGroup | None = None,
-    digest: Callable[[Path], dict] = digest_directory,
 ) -> None:
     """Collective (over `group`, default the world) when a process group is up: rank 0 writes
-    every rank's digests (`digest` computes this rank's: another process may do it)."""
+    every rank's digests."""
     distributed = dist.is_available() and dist.is_initialized()
     if distributed:
         dist.barrier(group=group)  # every rank's files are final (ranks may share one directory)
-    mine = digest(directory)
+    mine = digest_directory(directory)
     parts: list = [mine]
     if distributed:
         parts = [None] * dist.get_world_size()

@@ -135,7 +135,9 @@ class Trainer:
         self.config_hash = recipe_hash(cfg)
         self.run_dir = run_dir_of(cfg)
         self._build()
-        self.saver = CheckpointSaver(cfg.train.async_checkpoint, self.device)  # collective
+        self.saver = CheckpointSaver(  # collective
+            cfg.train.async_checkpoint, self.device, self.optimizer
+        )
         self.start_step = self._restore()
         # Closed-loop scoring needs the demo task's data: the run's, or a mixture's demo member.
         self.eval_robot = None

@@ -85,8 +85,11 @@ def train(runner: StepRunner, rank: int, world: int, steps: range) -> list[float
     ]
 
 
-def save(directory, model, runner, rank: int, world: int, step: int, frozen) -> None:
-    """What the trainer's `_save` does, in the background: sidecars, then staged shards."""
+def save(
+    directory, model, runner, rank: int, world: int, step: int, frozen
+) -> tuple[CheckpointSaver, list]:
+    """What the trainer's `_save` does, in the background: sidecars, then staged shards. Returns
+    the saver, with the save in flight, and the list its completion appends to."""
     state = TrainState(
         step=step, epoch=0, sample_in_epoch=step * GLOBAL_BATCH, samples_seen=step * GLOBAL_BATCH,
         world_size=world, run_name="hsdp", config_hash="-", dataset_fingerprint="-",
@@ -97,14 +100,14 @@ def save(directory, model, runner, rank: int, world: int, step: int, frozen) -> 
         Normalizer.from_stats(STATS, "mean_std"),
         PolicyMeta("flow_vla", TINY, spec, ("reach the red disc",), (0.0, 0.0)),
     )  # fmt: skip
-    saver = CheckpointSaver(background=True, device=torch.device("cpu"))
-    reported = []
+    saver = CheckpointSaver(background=True, device=torch.device("cpu"), optimizer=runner.optimizer)
+    reported: list = []
     saver.save(
         directory, tensor_state(model, runner.optimizer, frozen), rank, lambda: reported.append(1)
     )
     assert saver.in_flight is not None and not reported  # the step loop goes on meanwhile
-    saver.close()
-    assert reported == [1]
+    assert saver.in_flight.staged is not None  # nothing has waited for the staging copy yet
+    return saver, reported
 
 
 def meshes(rank: int, world: int, ckpt_dir: str) -> dict:
@@ -117,8 +120,14 @@ def meshes(rank: int, world: int, ckpt_dir: str) -> dict:
     # Save on 1x4 after 2 steps (in the background), then resume on 2x2 and on 4 flat.
     model, runner, _, frozen = build(rank, world, 4)
     train(runner, rank, world, range(STEPS - 1))
-    save(Path(ckpt_dir), model, runner, rank, world, STEPS - 1, frozen)
+    saver, reported = save(Path(ckpt_dir), model, runner, rank, world, STEPS - 1, frozen)
+    # The next step runs while the save is in flight; its optimizer step (which writes the
+    # weights being copied) waits for the staging copy first. The resumes below match it only if
+    # the checkpoint holds the weights from before that step.
     out["next/1x4"] = torch.tensor(train(runner, rank, world, range(STEPS - 1, STEPS)))
+    assert saver.in_flight is None or saver.in_flight.staged is None
+    saver.close()
+    assert reported == [1]
     out["params/1x4"] = gather_full_state(model)
     for name, dp_shard in (("2x2", 2), ("flat4", 0)):
         model, runner, _, frozen = build(rank, world, dp_shard)
