@@ -19,7 +19,8 @@ and `finish` wait for the one in flight.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Collection
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,14 +28,46 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch import nn
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
+from raytrain_vla.errors import RunCannotContinue
 from raytrain_vla.train.checkpoint import write_tensors
 from raytrain_vla.train.manifest import write_manifest
 from raytrain_vla.train.write_behind import WriteBehindWriter
 
 OnComplete = Callable[[], None]
+SHARED_MEMORY = Path("/dev/shm")  # where torch's shared-memory tensors live on Linux
+_GB = 1e9
+
+
+def staging_bytes(model: nn.Module, frozen: Collection[str]) -> int:
+    """What one background save stages for this rank: its shards of the trained weights and of
+    AdamW's two moments (kept in the weights' dtype)."""
+    local = 0
+    for name, param in model.named_parameters():
+        if name not in frozen:
+            shard = param.to_local() if hasattr(param, "to_local") else param
+            local += shard.numel() * shard.element_size()
+    return 3 * local
+
+
+def check_staging_room(per_rank: int, local_ranks: int, shared: Path = SHARED_MEMORY) -> None:
+    """Refuse, before the first step, a background save that this node's shared memory cannot
+    hold: a container's default /dev/shm (64 MB) would otherwise fail at the first save, maybe
+    hours in. Every rank checks its own node."""
+    if not shared.is_dir():  # not Linux: torch shares memory another way
+        return
+    free = shutil.disk_usage(shared).free
+    needed = per_rank * local_ranks
+    if needed > free:
+        raise RunCannotContinue(
+            f"train.async_checkpoint stages each rank's checkpoint shards in {shared}: this "
+            f"node's {local_ranks} rank(s) need {needed / _GB:.2f} GB and {shared} has "
+            f"{free / _GB:.2f} GB free; give the node or container more shared memory (docker "
+            "--shm-size) or set train.async_checkpoint=false"
+        )
 
 
 @dataclass

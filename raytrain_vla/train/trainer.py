@@ -47,7 +47,11 @@ from raytrain_vla.sim.metaworld_eval import (
 )
 from raytrain_vla.train import faults
 from raytrain_vla.train.checkpoint import load_checkpoint, tensor_state, write_sidecars
-from raytrain_vla.train.checkpoint_saver import CheckpointSaver
+from raytrain_vla.train.checkpoint_saver import (
+    CheckpointSaver,
+    check_staging_room,
+    staging_bytes,
+)
 from raytrain_vla.train.comm import CommCounter
 from raytrain_vla.train.flops import example_columns, peak_tflops, training_flops_per_sample
 from raytrain_vla.train.frozen import frozen_bytes, place_frozen, rank_memory_bytes
@@ -135,6 +139,9 @@ class Trainer:
         self.config_hash = recipe_hash(cfg)
         self.run_dir = run_dir_of(cfg)
         self._build()
+        if cfg.train.async_checkpoint:
+            per_rank = staging_bytes(self.model, self.frozen)
+            check_staging_room(per_rank, self.session.local_world_size)
         self.saver = CheckpointSaver(  # collective
             cfg.train.async_checkpoint, self.device, self.optimizer
         )
