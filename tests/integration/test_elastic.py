@@ -3,8 +3,12 @@
 The session head node has no `trainer` resource, so the elastic run's workers (which ask for
 one each) land only on the single-CPU nodes this test adds and removes. Ray Data's read tasks
 run on the head. Steps are paced (`debug.step_delay_s`, no effect on the math) so the run is
-still going when Ray notices each change; Ray needs about 30 s to shrink (it retries the old
-size until its view of the nodes refreshes) and about 20 s to grow.
+still going when Ray notices each change.
+
+Elastic sizing reads the nodes from a view that refreshes on a 20 s tick. Left alone, Ray
+needed about 30 s to shrink (it retried the old size until the tick) and about 20 s to grow.
+After each node change the test runs that tick at once (`refresh_elastic_view_of_nodes`), as
+the next tick would: the sizes Ray chooses are the same, found sooner.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from safetensors.numpy import load_file
 from raytrain_vla import run
 from raytrain_vla.train.resume import SNAPSHOT
 
-STEPS = 120
+STEPS = 80
 SAVE_INTERVAL = 10  # each checkpoint costs ~1.5 s here; a resize redoes at most this many steps
 TRAINER_NODE = {"num_cpus": 1, "resources": {"trainer": 1}}
 ELASTIC = (
@@ -39,11 +43,12 @@ ELASTIC = (
     "--debug.step_delay_s=0.25",
 )
 COMMON = ("--debug.log_sample_ids=true", f"--train.save_interval={SAVE_INTERVAL}")
-# W=2 -> 1 -> 2 against W=2 throughout, after 120 steps. Float reduction order differs while
-# W=1 (two accumulated micro-batches instead of an all-reduce of two), and Adam carries those
-# last-bit differences forward. Measured over two runs: final loss 1e-7 and 1e-3 relative,
-# weights 2e-5 and 7e-4 relative (L2 over all parameters). A wrong batch or a lost optimizer
-# state moves both by far more (a different global batch changes the loss by ~10%).
+# W=2 -> 1 -> 2 against W=2 throughout. Float reduction order differs while W=1 (two
+# accumulated micro-batches instead of an all-reduce of two), and Adam carries those last-bit
+# differences forward. Measured after 120 steps over two runs: final loss 1e-7 and 1e-3
+# relative, weights 2e-5 and 7e-4 relative (L2 over all parameters); after 80 steps: 7e-8 and
+# 1.8e-5. A wrong batch or a lost optimizer state moves both by far more (a different global
+# batch changes the loss by ~10%).
 LOSS_RTOL = 2e-2
 WEIGHTS_RTOL = 1e-2
 
@@ -84,13 +89,18 @@ def requested_trainer_bundles() -> int:
     return sum(1 for b in bundles if b.get("trainer", 0) > 0)
 
 
-def refresh_elastic_view_of_nodes() -> None:
-    """Make Ray Train's elastic sizing see the nodes the test just added.
+def refresh_elastic_view_of_nodes(trainer_nodes: int) -> None:
+    """Make Ray Train's elastic sizing see the trainer nodes the test just added or removed.
 
     An elastic group is sized from the AutoscalingCoordinator's node view, which refreshes only
     on its 20 s tick. A tick that fell between the two `add_node` calls once started the run at
-    1 worker although both nodes were up. `recompute=True` runs a tick now, after both registered.
+    1 worker although both nodes were up. Once Ray's resources show `trainer_nodes`,
+    `recompute=True` runs a tick now.
     """
+    deadline = time.monotonic() + 60
+    while ray.cluster_resources().get("trainer", 0) != trainer_nodes:
+        assert time.monotonic() < deadline, f"Ray never showed {trainer_nodes} trainer nodes"
+        time.sleep(0.2)
     coordinator = get_or_create_autoscaling_coordinator()
     ray.get(coordinator.get_reserved_resources.remote("test_elastic", recompute=True))
 
@@ -114,11 +124,7 @@ def test_elastic_run_shrinks_grows_back_and_keeps_the_global_batches(
     # Start at 2 workers only once both nodes' resources are visible, to Ray and to the view
     # elastic sizing reads: either one lagging made the run start at its minimum of 1 in CI.
     ray_cluster.wait_for_nodes()
-    deadline = time.monotonic() + 60
-    while ray.cluster_resources().get("trainer", 0) < 2:
-        assert time.monotonic() < deadline, "the 2 trainer nodes never showed their resources"
-        time.sleep(0.2)
-    refresh_elastic_view_of_nodes()
+    refresh_elastic_view_of_nodes(2)
     elastic_args = short_run_args(demo_root, storage, "elastic", STEPS, *COMMON, *ELASTIC)
     result: dict[str, int] = {}
     thread = threading.Thread(
@@ -136,6 +142,7 @@ def test_elastic_run_shrinks_grows_back_and_keeps_the_global_batches(
         )
         removed_after = max(r["step"] for r in rows())
         ray_cluster.remove_node(nodes.pop())
+        refresh_elastic_view_of_nodes(1)
         wait_for(
             lambda: any(r["world_size"] == 1 for r in rows()), 180, "one worker training", thread
         )
@@ -158,6 +165,8 @@ def test_elastic_run_shrinks_grows_back_and_keeps_the_global_batches(
         )
         nodes.append(ray_cluster.add_node(**TRAINER_NODE))
         shrunk_rows = len(rows())
+        ray_cluster.wait_for_nodes()
+        refresh_elastic_view_of_nodes(2)
         wait_for(
             lambda: any(r["world_size"] == 2 for r in rows()[shrunk_rows:]),
             180,

@@ -40,22 +40,26 @@ def committed_ids(run_dir: Path) -> dict:
     return {(r["step"], r["rank"]): r["ids"] for r in rows}
 
 
-@pytest.mark.parametrize("variant", ["pi0", "pi05"])
+# The kill is done on pi0.5 only, for suite time: resuming is the trainer's and both variants
+# shard the same joint Gemma layers. Each variant still trains on Ray, keeps its VLM as
+# LeRobot's, and exports to LeRobot's format exactly.
+@pytest.mark.parametrize("variant, killed_too", [("pi0", False), ("pi05", True)])
 def test_a_killed_worker_resumes_bitwise_and_the_lerobot_export_predicts_the_same(
-    variant, demo_root, tmp_path
+    variant, killed_too, demo_root, tmp_path
 ):
     assert run.main(pi_args(variant, demo_root, tmp_path, "reference")) == 0
     reference = tmp_path / "reference"
-    args = pi_args(variant, demo_root, tmp_path, "killed", "--ray.max_failures=1")
-    assert run.main([*args, "--debug.kill_at_step=4", "--debug.kill_rank=1"]) == 0
-    killed = tmp_path / "killed"
-    assert (killed / ".fault_kill_4").exists()
-    assert committed_ids(killed) == committed_ids(reference)
-    ours = load_file(str(killed / "export" / "model.safetensors"))
-    theirs = load_file(str(reference / "export" / "model.safetensors"))
-    assert ours.keys() == theirs.keys()
-    for key in ours:
-        np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
+    ours = load_file(str(reference / "export" / "model.safetensors"))
+    if killed_too:
+        args = pi_args(variant, demo_root, tmp_path, "killed", "--ray.max_failures=1")
+        assert run.main([*args, "--debug.kill_at_step=4", "--debug.kill_rank=1"]) == 0
+        killed = tmp_path / "killed"
+        assert (killed / ".fault_kill_4").exists()
+        assert committed_ids(killed) == committed_ids(reference)
+        resumed = load_file(str(killed / "export" / "model.safetensors"))
+        assert resumed.keys() == ours.keys()
+        for key in ours:
+            np.testing.assert_array_equal(resumed[key], ours[key], err_msg=key)
     # train_expert_only: checkpoints hold the expert stream only; the VLM stays LeRobot's.
     stored = stored_model_keys(latest_checkpoint(reference))
     assert stored and not any(

@@ -1,4 +1,4 @@
-"""A real sweep: 4 ASHA trials of 2 FSDP2 workers each, a driver killed mid-sweep and re-run.
+"""A real sweep: 3 ASHA trials of 2 FSDP2 workers each, a driver killed mid-sweep and re-run.
 
 One sweep covers the acceptance points together: the sweep driver is SIGKILLed after the
 first trial finished and re-run under the same name (that trial is not run again), ASHA stops
@@ -27,8 +27,10 @@ from raytrain_vla.tuning.sweep import trial_run_name
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 STEPS = 30
 GROUPS = ("vision", "backbone", "action_expert")
-# Trials run one at a time in grid order, so the two near-zero action-expert LRs meet ASHA's
-# step-10 rung after the good ones have set it.
+# Trials run one at a time in grid order. Tune does not save a scheduler's state, so the driver
+# restart after the first trial starts ASHA's rungs afresh, and the second trial (a good LR),
+# re-run or resumed from its own checkpoint, sets the step-10 or step-20 rung that the third, a
+# near-zero action-expert LR, then meets before its last step.
 SPACE = f"""
 metric: val_action_mse
 mode: min
@@ -43,7 +45,7 @@ fixed:
 scheduler: {{type: asha, grace_period: 10, reduction_factor: 2}}
 search: {{algorithm: random, seed: 0}}
 params:
-  optimizer.groups.action_expert.lr: {{grid: [3.0e-3, 1.0e-3, 1.0e-7, 1.0e-8]}}
+  optimizer.groups.action_expert.lr: {{grid: [3.0e-3, 1.0e-3, 1.0e-8]}}
   optimizer.groups.vision.lr: {{loguniform: [1.0e-4, 1.0e-3]}}
   optimizer.groups.backbone.lr: {{loguniform: [1.0e-4, 1.0e-3]}}
 """
@@ -111,7 +113,7 @@ def test_asha_sweep_survives_a_driver_restart_and_hands_back_a_trainable_config(
 
     with (sweep_dir / "results.csv").open() as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == 4
+    assert len(rows) == 3
     assert any(r["stopped_early"] == "True" for r in rows), rows
     assert [float(r["val_action_mse"]) for r in rows] == sorted(
         float(r["val_action_mse"]) for r in rows
