@@ -12,6 +12,7 @@ behind fsspec's back. Credentials and endpoint come from the store's standard va
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -39,6 +40,14 @@ def run_path(value: str | os.PathLike | UPath) -> RunPath:
 
 def is_remote(path: RunPath | str) -> bool:
     return is_uri(str(path))
+
+
+def local_scratch(run_dir: RunPath) -> Path:
+    """This node's scratch directory for a run, in the temp directory: local stand-ins for
+    files of a run in object storage, and checkpoints before Ray moves them into the run. Keyed
+    by the run's full path, so runs of the same name in different storage never share one."""
+    key = hashlib.sha1(str(run_dir).encode()).hexdigest()[:8]
+    return Path(tempfile.gettempdir()) / "raytrain_vla" / f"{run_dir.name}-{key}"
 
 
 def create_exclusive(path: RunPath, data: bytes) -> bool:

@@ -8,15 +8,19 @@ rollouts are uploaded, and wandb keeps its files in a local directory.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from raytrain_vla.common.run_storage import JsonlLog, RunPath, is_remote, upload_directory
+from raytrain_vla.common.run_storage import (
+    JsonlLog,
+    RunPath,
+    is_remote,
+    local_scratch,
+    upload_directory,
+)
 from raytrain_vla.config.schema import LoggingConfig
 from raytrain_vla.sim.closed_loop import EvalResult, frame_strip
 from raytrain_vla.sim.metaworld_eval import Episode
@@ -32,8 +36,7 @@ def _local_dir(run_dir: RunPath, name: str) -> Path:
     files are uploaded where they belong in the run)."""
     if not is_remote(run_dir):
         return Path(run_dir) / name
-    key = hashlib.sha1(str(run_dir).encode()).hexdigest()[:8]
-    return Path(tempfile.gettempdir()) / "raytrain_vla" / f"{run_dir.name}-{key}" / name
+    return local_scratch(run_dir) / name
 
 
 def _wandb_dir(run_dir: RunPath) -> Path:

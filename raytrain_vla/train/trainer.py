@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack
@@ -51,6 +50,10 @@ from raytrain_vla.train.checkpoint_saver import (
     CheckpointSaver,
     check_staging_room,
     staging_bytes,
+)
+from raytrain_vla.train.checkpoint_scratch import (
+    new_checkpoint_directory,
+    remove_orphaned_checkpoints,
 )
 from raytrain_vla.train.comm import CommCounter
 from raytrain_vla.train.flops import example_columns, peak_tflops, training_flops_per_sample
@@ -138,6 +141,8 @@ class Trainer:
         )  # fmt: skip
         self.config_hash = recipe_hash(cfg)
         self.run_dir = run_dir_of(cfg)
+        for orphan in remove_orphaned_checkpoints(self.run_dir):
+            print(f"[raytrain_vla] removed {orphan}, a checkpoint a dead worker left unreported")
         self._build()
         if cfg.train.async_checkpoint:
             per_rank = staging_bytes(self.model, self.frozen)
@@ -426,7 +431,7 @@ class Trainer:
             frozen_params=len(self.frozen),
             frozen_checksum=self.frozen_sum,
         )
-        directory = Path(tempfile.mkdtemp(prefix="raytrain_vla-checkpoint-"))
+        directory = new_checkpoint_directory(self.run_dir, done)
         write_sidecars(
             directory, self.scheduler, state, self.rank, to_yaml(cfg), self.view.normalizer,
             self.policy_meta,

@@ -16,6 +16,8 @@ from _runs import short_run_args
 from safetensors.numpy import load_file
 
 from raytrain_vla import run
+from raytrain_vla.common.run_storage import run_path
+from raytrain_vla.train.checkpoint_scratch import checkpoint_scratch_root
 from raytrain_vla.train.resume import latest_checkpoint, registered_checkpoints
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
@@ -112,6 +114,10 @@ def test_worker_sigkill_with_a_background_save_in_flight_recovers_bitwise(
     assert_same_weights(run_dir, reference)
     validated = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert {r["step"] for r in validated if r["kind"] == "val"} >= {2, 4, 8}
+    # The killed attempt's unreported step-6 directories were removed by the next attempt, and
+    # Ray deleted each reported one once it had it: nothing is left in the node's temp dir.
+    scratch = checkpoint_scratch_root(run_path(tmp_path) / "killed")
+    assert scratch.is_dir() and not list(scratch.iterdir()), list(scratch.iterdir())
 
 
 def test_damaged_latest_checkpoint_falls_back_to_the_previous_one(reference, demo_root, tmp_path):

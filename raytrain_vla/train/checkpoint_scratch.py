@@ -1,0 +1,58 @@
+"""Where each rank assembles a checkpoint before Ray Train moves it into the run, and the clean-up
+of those a dead worker left behind.
+
+A rank writes its shards and sidecars into a fresh local directory, reports it, and the
+directory is deleted once Ray has copied it (synchronous saves) or uploaded it (background
+saves). A worker killed between the two leaves the directory behind: a whole shard of model and
+optimizer state, tens of GB for a 3.5B-parameter model, in the node's temp directory, once per
+fault. So the directories live under the run's scratch directory (`local_scratch`), named after
+the process that writes them, and every rank of a new attempt removes those whose process is
+gone. A directory of a live process (another rank on the node, mid-save) is never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from raytrain_vla.common.run_storage import RunPath, local_scratch
+
+_OWNER = re.compile(r"^pid(\d+)-")
+
+
+def checkpoint_scratch_root(run_dir: RunPath) -> Path:
+    return local_scratch(run_dir) / "checkpoints"
+
+
+def new_checkpoint_directory(run_dir: RunPath, step: int) -> Path:
+    """An empty directory for this process's checkpoint of `step`."""
+    root = checkpoint_scratch_root(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"pid{os.getpid()}-step{step}-", dir=root))
+
+
+def remove_orphaned_checkpoints(run_dir: RunPath) -> list[Path]:
+    """Delete the checkpoint directories on this node whose writing process has exited; return
+    them. Ranks on one node may run this at once: a directory already gone is not an error."""
+    root = checkpoint_scratch_root(run_dir)
+    removed = []
+    for directory in sorted(root.iterdir()) if root.is_dir() else []:
+        owner = _OWNER.match(directory.name)
+        if owner is None or _alive(int(owner.group(1))):
+            continue
+        shutil.rmtree(directory, ignore_errors=True)
+        removed.append(directory)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
