@@ -12,7 +12,11 @@ layer, chunk 50, 512 x 512 images, `train_expert_only`), and reports:
   runs twice: frozen weights sharded and gathered every step (`train.frozen_params=shard`, the
   old behaviour), and placed by `--frozen-params` (default `auto`, which replicates them here);
   `fsdp_over_plain_step_time` is the latter's ratio. Each side also reports the bytes one step
-  all-gathers and reduce-scatters (`train/comm.py`, as in metrics.jsonl).
+  all-gathers and reduce-scatters (`train/comm.py`, as in metrics.jsonl);
+* the floor under any data-parallel step on these CPUs: 2 independent processes of 1 thread,
+  each training its own copy on 1 sample with no communication
+  (`independent_processes_over_plain_step_time`), and FSDP2's cost above it
+  (`fsdp_over_independent_step_time`).
 
 On a CUDA machine `--device cuda --precision bf16` times the same step on one GPU and adds
 samples/s and MFU (FLOPs counted by torch's FlopCounterMode).
@@ -225,6 +229,31 @@ def _rank(
     dist.destroy_process_group()
 
 
+def _independent_rank(rank: int, vlm_dir: str, steps: int, samples: int, out: str) -> None:
+    torch.set_num_threads(1)
+    family, config = resolve(vlm_dir)
+    torch.manual_seed(0)
+    model = family.build(config)
+    freeze_for_config(model, OptimizerConfig())
+    times = run_steps(model, samples, steps, torch.device("cpu"), rank)
+    Path(out).with_suffix(f".{rank}.json").write_text(json.dumps(times))
+
+
+def independent(vlm_dir: str, steps: int, world: int = 2) -> dict:
+    """The floor of any data-parallel step here: `world` processes of 1 thread, each training
+    its own copy on its share of the batch with no communication at all."""
+    out = Path(vlm_dir) / "independent"
+    mp.start_processes(
+        _independent_rank, args=(vlm_dir, steps, 2 // world, str(out)), nprocs=world,
+        start_method="spawn",
+    )  # fmt: skip
+    medians = [
+        statistics.median(json.loads(out.with_suffix(f".{r}.json").read_text()))
+        for r in range(world)
+    ]
+    return {"step_s": max(medians), "per_process_step_s": medians}
+
+
 def fsdp(
     vlm_dir: str, steps: int, frozen_mode: str, reshard: bool, dp_shard: int, world: int = 2
 ) -> dict:
@@ -290,6 +319,11 @@ def main() -> int:
             before = result["fsdp_frozen_shard"]["step_s"]
             result["fsdp_over_plain_step_time"] = after / result["plain_step_s"]
             result["fsdp_sharded_frozen_over_plain_step_time"] = before / result["plain_step_s"]
+            # What 2 processes cost on these CPUs before any communication or FSDP hook.
+            result["independent_processes"] = independent(vlm_dir, args.steps)
+            floor = result["independent_processes"]["step_s"]
+            result["independent_processes_over_plain_step_time"] = floor / result["plain_step_s"]
+            result["fsdp_over_independent_step_time"] = after / floor
     result["device"] = args.device
     result["reshard_after_forward"] = args.reshard_after_forward
     result["dp_shard"] = args.dp_shard
