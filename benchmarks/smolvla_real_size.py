@@ -42,6 +42,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from raytrain_vla.common.spec import DataSpec
+from raytrain_vla.config import load_config
 from raytrain_vla.config.schema import OptimizerConfig, SchedulerConfig, TrainConfig
 from raytrain_vla.models.registry import get_family
 from raytrain_vla.models.smolvla.options import SmolVLAOptions
@@ -280,9 +281,11 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=3, help="timed steps per side")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    shipped = "true" if load_config().train.reshard_after_forward else "false"
     parser.add_argument(
-        "--reshard-after-forward", choices=["true", "false"], default="true",
-        help="train.reshard_after_forward of the FSDP side (false: one all-gather per step)",
+        "--reshard-after-forward", choices=["true", "false"], default=shipped,
+        help="train.reshard_after_forward of the FSDP side (false: one all-gather per step); "
+        f"default: the default config's ({shipped})",
     )  # fmt: skip
     parser.add_argument(
         "--dp-shard", type=int, default=0,
