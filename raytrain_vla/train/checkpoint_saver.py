@@ -35,6 +35,7 @@ from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 from raytrain_vla.errors import RunCannotContinue
 from raytrain_vla.train.checkpoint import write_tensors
 from raytrain_vla.train.manifest import write_manifest
+from raytrain_vla.train.step import local_shard
 from raytrain_vla.train.write_behind import WriteBehindWriter
 
 OnComplete = Callable[[], None]
@@ -48,7 +49,7 @@ def staging_bytes(model: nn.Module, frozen: Collection[str]) -> int:
     local = 0
     for name, param in model.named_parameters():
         if name not in frozen:
-            shard = param.to_local() if hasattr(param, "to_local") else param
+            shard = local_shard(param)
             local += shard.numel() * shard.element_size()
     return 3 * local
 

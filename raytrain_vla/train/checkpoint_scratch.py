@@ -18,6 +18,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import psutil
+
 from raytrain_vla.common.run_storage import RunPath, local_scratch
 
 _OWNER = re.compile(r"^pid(\d+)-")
@@ -41,18 +43,8 @@ def remove_orphaned_checkpoints(run_dir: RunPath) -> list[Path]:
     removed = []
     for directory in sorted(root.iterdir()) if root.is_dir() else []:
         owner = _OWNER.match(directory.name)
-        if owner is None or _alive(int(owner.group(1))):
+        if owner is None or psutil.pid_exists(int(owner.group(1))):
             continue
         shutil.rmtree(directory, ignore_errors=True)
         removed.append(directory)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True

@@ -24,7 +24,8 @@ from raytrain_vla.train.optim import ParamGroup
 NoiseFn = Callable[[int, list[int]], tuple[torch.Tensor, torch.Tensor]]
 
 
-def _local(t: torch.Tensor) -> torch.Tensor:
+def local_shard(t: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a DTensor (FSDP2's parameters and gradients); a plain tensor as is."""
     return t.to_local() if hasattr(t, "to_local") else t
 
 
@@ -167,7 +168,7 @@ class StepRunner:
             sq = torch.zeros((), device=self.device)
             for p in params:
                 if p.grad is not None:
-                    sq = sq + _local(p.grad).float().pow(2).sum() / _copies(p.grad)
+                    sq = sq + local_shard(p.grad).float().pow(2).sum() / _copies(p.grad)
             squares.append(sq)
         packed = torch.stack([*squares, loss_sum, zeroed, bad])
         if self.distributed:
@@ -185,7 +186,7 @@ class StepRunner:
                 for params in self.group_params:
                     for p in params:
                         if p.grad is not None:
-                            _local(p.grad).mul_(coef)
+                            local_shard(p.grad).mul_(coef)
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         lrs = {f"lr/{g['name']}": g["lr"] for g in self.optimizer.param_groups}
