@@ -2,7 +2,8 @@
 
 Train V2 pattern: a function trainable launches the trainer and a Train callback forwards each
 validation report to Tune, where ASHA or the median rule can stop the trial. Re-running the
-same sweep name restores the Tune experiment: finished trials are not run again.
+same sweep name restores the Tune experiment: finished trials are not run again, and the
+scheduler is given back what it had seen (`tuning/schedulers.py`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from typing import Any
 import yaml
 from ray import tune
 from ray.tune.integration.ray_train import TuneReportCallback
-from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 from ray.tune.search import BasicVariantGenerator
 
 from raytrain_vla.common.run_storage import (
@@ -28,6 +28,7 @@ from raytrain_vla.common.run_storage import (
 )
 from raytrain_vla.config import Config, to_dict, to_yaml
 from raytrain_vla.train.launch import build_trainer
+from raytrain_vla.tuning.schedulers import build_scheduler
 from raytrain_vla.tuning.space import Space, SpaceError, trial_config
 
 SWEEP_RECORD = "sweep.yaml"  # the space and base config a sweep was started with
@@ -62,27 +63,6 @@ def _domain(param) -> Any:
 
 def param_space(space: Space) -> dict:
     return {p.key: _domain(p) for p in space.params}
-
-
-def _scheduler(space: Space, cfg: Config):
-    spec = space.scheduler
-    grace = spec.grace_period or cfg.train.val_interval
-    if spec.type == "asha":
-        # One past the last step: at max_t ASHA stops a trial at its final report, and Tune's
-        # stop raced the trial's own end (the export after that report went missing in CI).
-        return ASHAScheduler(
-            time_attr="step",
-            max_t=cfg.train.steps + 1,
-            grace_period=grace,
-            reduction_factor=spec.reduction_factor,
-        )
-    if spec.type == "median":
-        return MedianStoppingRule(
-            time_attr="step",
-            grace_period=grace,
-            min_samples_required=spec.min_samples_required,
-        )
-    return FIFOScheduler()
 
 
 def _search(space: Space):
@@ -157,7 +137,7 @@ def build_tuner(space: Space, base: Config, sweep_dir: RunPath) -> tune.Tuner:
             mode=space.mode,
             num_samples=space.num_samples,
             max_concurrent_trials=space.max_concurrent_trials,
-            scheduler=_scheduler(space, cfg),
+            scheduler=build_scheduler(space, cfg),
             search_alg=_search(space),
         ),
         run_config=tune.RunConfig(name=sweep_dir.name, storage_path=str(sweep_dir.parent)),
