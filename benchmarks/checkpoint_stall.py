@@ -12,6 +12,10 @@ Each worker:
    number of steps without a save, in alternating order so that drift cancels. The stall is
    what the save's window took beyond the baseline's step time.
 
+3. after each synchronous save, times its hand-over to local run storage: Ray Train's copy
+   (`handoff_copy_s`, the upload before `checkpoint_scratch.move_into`) and the rename used now
+   (`handoff_move_s`).
+
 `stall_ratio` = background stall / synchronous save time, the larger of the two workers' (the
 slower rank holds the others at the next collective). Repeats `--repeats` times, median. JSON.
 
@@ -32,6 +36,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from ray.train import Checkpoint
+from ray.train.v2._internal.execution.storage import StorageContext
 
 from raytrain_vla.config.schema import OptimizerConfig, SchedulerConfig, TrainConfig
 from raytrain_vla.models.flow_vla.config import FlowVLAConfig
@@ -39,6 +45,7 @@ from raytrain_vla.models.flow_vla.tokenizer import tokenize
 from raytrain_vla.models.registry import get_family
 from raytrain_vla.train.checkpoint import tensor_state
 from raytrain_vla.train.checkpoint_saver import CheckpointSaver
+from raytrain_vla.train.checkpoint_scratch import move_into
 from raytrain_vla.train.fsdp import apply_fsdp
 from raytrain_vla.train.mesh import build_mesh
 from raytrain_vla.train.noise import flow_noise_and_time
@@ -67,6 +74,21 @@ def batch(step: int, rank: int) -> dict:
         "actions": torch.randn(MICRO, 8, 2, generator=g),
         "action_is_pad": torch.zeros(MICRO, 8, dtype=torch.bool),
     }
+
+
+def handoff(directory: Path, storage: StorageContext, repeat: int) -> tuple[float, float]:
+    """Seconds to hand a rank's saved checkpoint over to local run storage: Ray Train's own
+    upload (a copy) and the trainer's rename (`move_into`); a synchronous save stalls for both
+    the save and this. Both leave a complete checkpoint in storage; the copy keeps the source
+    for the move."""
+    dist.barrier()
+    start = time.perf_counter()
+    storage.persist_current_checkpoint(Checkpoint(str(directory)), f"copied{repeat}")
+    copy_s = time.perf_counter() - start
+    dist.barrier()
+    start = time.perf_counter()
+    assert move_into(directory, Path(storage.build_checkpoint_path_from_name(f"moved{repeat}")))
+    return copy_s, time.perf_counter() - start
 
 
 def _rank(rank: int, world: int, store: str, args: argparse.Namespace, out: str) -> None:
@@ -98,6 +120,7 @@ def _rank(rank: int, world: int, store: str, args: argparse.Namespace, out: str)
     for _ in range(2):  # warm-up: AdamW state exists from here on
         train_step()
     root = Path(tempfile.mkdtemp(prefix="ckpt_stall-", dir=args.dir))
+    storage = StorageContext(str(root / "storage"), "run")
     sync = CheckpointSaver(background=False, device=torch.device("cpu"))
     background = CheckpointSaver(background=True, device=torch.device("cpu"), optimizer=optimizer)
     # As in a run, one saver serves every save: the first starts DCP's checkpoint process and
@@ -112,6 +135,7 @@ def _rank(rank: int, world: int, store: str, args: argparse.Namespace, out: str)
         start = time.perf_counter()
         sync.save(root / f"sync{repeat}", tensor_state(model, optimizer), rank, lambda: None)
         sync_s = time.perf_counter() - start
+        copy_s, move_s = handoff(root / f"sync{repeat}", storage, repeat)
         # A window of steps with a background save started at its beginning, and beside it (in
         # alternating order, so that drift in the machine's speed cancels) a window of the same
         # steps without one. The save's window runs until the save is complete.
@@ -139,12 +163,13 @@ def _rank(rank: int, world: int, store: str, args: argparse.Namespace, out: str)
         rows.append(
             {
                 "step_s": step_s, "sync_save_s": sync_s, "async_call_s": call_s,
+                "handoff_copy_s": copy_s, "handoff_move_s": move_s,
                 "async_steps_in_flight": save_steps, "async_window_s": save_s,
                 "async_stall_s": save_s - step_s * save_steps,
             }
         )  # fmt: skip
     background.close()
-    size = sum(f.stat().st_size for f in (root / "sync0").rglob("*") if f.is_file())
+    size = sum(f.stat().st_size for f in (root / "async0").rglob("*") if f.is_file())
     gathered: list = [None] * world
     dist.all_gather_object(gathered, rows)
     if rank == 0:
@@ -176,7 +201,11 @@ def main() -> int:
         rows = [ranks[i] for ranks in result["ranks"]]
         sync = max(r["sync_save_s"] for r in rows)
         stall = max(r["async_stall_s"] for r in rows)
-        per_repeat.append({"sync_save_s": sync, "async_stall_s": stall, "rows": rows})
+        copy, move = (max(r[k] for r in rows) for k in ("handoff_copy_s", "handoff_move_s"))
+        per_repeat.append(
+            {"sync_save_s": sync, "async_stall_s": stall, "handoff_copy_s": copy,
+             "handoff_move_s": move, "rows": rows}
+        )  # fmt: skip
     sync = statistics.median(r["sync_save_s"] for r in per_repeat)
     stall = statistics.median(r["async_stall_s"] for r in per_repeat)
     report = {
@@ -187,6 +216,9 @@ def main() -> int:
         "async_stall_s": round(stall, 3),
         "stall_ratio": round(max(stall, 0.0) / sync, 3),
         "first_background_save_s": round(result["first_save_s"], 3),
+        # Into local run storage after a synchronous save: Ray's copy, and the rename used now.
+        "handoff_copy_s": round(statistics.median(r["handoff_copy_s"] for r in per_repeat), 3),
+        "handoff_move_s": round(statistics.median(r["handoff_move_s"] for r in per_repeat), 4),
         "repeats": per_repeat,
     }
     print(json.dumps(report, indent=2))

@@ -3,7 +3,9 @@ of those a dead worker left behind.
 
 A rank writes its shards and sidecars into a fresh local directory, reports it, and the
 directory is deleted once Ray has copied it (synchronous saves) or uploaded it (background
-saves). A worker killed between the two leaves the directory behind: a whole shard of model and
+saves). Where the run's storage is a local filesystem on the same device, the files are moved
+into it by rename instead (`move_into`): a checkpoint's bytes are written once, not written
+and then copied. A worker killed between the two leaves the directory behind: a whole shard of model and
 optimizer state, tens of GB for a 3.5B-parameter model, in the node's temp directory, once per
 fault. So the directories live under the run's scratch directory (`local_scratch`), named after
 the process that writes them, and every rank of a new attempt removes those whose process is
@@ -48,3 +50,19 @@ def remove_orphaned_checkpoints(run_dir: RunPath) -> list[Path]:
         shutil.rmtree(directory, ignore_errors=True)
         removed.append(directory)
     return removed
+
+
+def move_into(directory: Path, destination: Path) -> bool:
+    """Move every file of `directory` into `destination` (created if needed) by rename, when
+    both are on one filesystem; False, with nothing moved, when they are not. Rank files merge
+    into one checkpoint directory as Ray's copy merges them."""
+    if os.stat(directory).st_dev != os.stat(destination.parent).st_dev:
+        return False
+    destination.mkdir(exist_ok=True)
+    for source in sorted(directory.rglob("*")):
+        target = destination / source.relative_to(directory)
+        if source.is_dir():
+            target.mkdir(exist_ok=True)
+        else:
+            os.replace(source, target)
+    return True

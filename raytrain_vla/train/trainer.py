@@ -443,7 +443,7 @@ class Trainer:
             if self.logger:  # lines of steps up to a checkpoint are never lost (object stores)
                 self.logger.flush()
             self.session.report(report, checkpoint_dir=directory, upload_in_background=background)
-            if not background:  # Ray copied it; in the background Ray deletes it once uploaded
+            if not background:  # Ray moved or copied it; in the background Ray deletes it once done
                 shutil.rmtree(directory, ignore_errors=True)
 
         state_dicts = tensor_state(self.model, self.optimizer, self.frozen)

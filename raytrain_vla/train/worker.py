@@ -4,6 +4,7 @@ Ray Train: the rank's context, the latest checkpoint and `ray.train.report`.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +16,7 @@ import torch
 
 from raytrain_vla.config import from_tree
 from raytrain_vla.errors import as_not_retriable
+from raytrain_vla.train.checkpoint_scratch import move_into
 from raytrain_vla.train.trainer import Trainer
 
 
@@ -43,15 +45,32 @@ class RayTrainSession:
         self, metrics: dict, checkpoint_dir: Path | None = None, upload_in_background: bool = False
     ) -> None:
         checkpoint = ray.train.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
+        upload = {"checkpoint_upload_fn": _into_storage} if _TAKES_UPLOAD_FN else {}
         if not upload_in_background:
-            ray.train.report(metrics, checkpoint=checkpoint)
+            ray.train.report(metrics, checkpoint=checkpoint, **upload)
             return
-        # Ray copies it into run storage in a thread and registers it once there (in order
+        # Ray moves it into run storage in a thread and registers it once there (in order
         # with the other reports), then deletes the local directory.
         ray.train.report(
-            metrics, checkpoint=checkpoint,
+            metrics, checkpoint=checkpoint, **upload,
             checkpoint_upload_mode=ray.train.CheckpointUploadMode.ASYNC,
         )  # fmt: skip
+
+
+# Ray releases before `checkpoint_upload_fn` (within the supported range) copy as they always did.
+_TAKES_UPLOAD_FN = "checkpoint_upload_fn" in inspect.signature(ray.train.report).parameters
+
+
+def _into_storage(checkpoint: ray.train.Checkpoint, name: str) -> ray.train.Checkpoint:
+    """Ray Train's upload of a rank's checkpoint directory: a rename into a local run storage on
+    the same filesystem, Ray's own copy anywhere else (object stores, another device)."""
+    storage = ray.train.get_context().get_storage()
+    destination = storage.build_checkpoint_path_from_name(name)
+    if storage.storage_filesystem.type_name == "local" and move_into(
+        Path(checkpoint.path), Path(destination)
+    ):
+        return ray.train.Checkpoint(destination, filesystem=storage.storage_filesystem)
+    return storage.persist_current_checkpoint(checkpoint, name)
 
 
 def train_loop_per_worker(config_dict: dict) -> None:

@@ -80,7 +80,7 @@ def reference(ray_cluster, demo_root, tmp_path_factory) -> Path:
     assert run.main(args) == 0
     step9 = next(
         p for p in (runs / "reference").glob("checkpoint_*")
-        if json.loads((p / "train_state.json").read_text())["step"] == 9
+        if p.is_dir() and json.loads((p / "train_state.json").read_text())["step"] == 9
     )  # fmt: skip
     assert export.main([str(step9), str(runs / "reference_step9")]) == 0
     return runs / "reference"

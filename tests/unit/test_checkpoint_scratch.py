@@ -1,5 +1,6 @@
 """A checkpoint directory a dead worker left on its node is removed by the next attempt; one of a
-live process (another rank mid-save) is kept."""
+live process (another rank mid-save) is kept. A finished one is renamed into local run storage
+on the same filesystem, not copied."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from raytrain_vla.common.run_storage import local_scratch
 from raytrain_vla.train.checkpoint_scratch import (
     checkpoint_scratch_root,
+    move_into,
     new_checkpoint_directory,
     remove_orphaned_checkpoints,
 )
@@ -59,3 +61,65 @@ def test_runs_of_one_name_in_two_storages_do_not_share_a_scratch_directory(tmp_p
     assert local_scratch(first) != local_scratch(second)
     assert local_scratch(first).parent == Path(tempfile.gettempdir()) / "raytrain_vla"
     assert remove_orphaned_checkpoints(first) == []  # no scratch directory yet
+
+
+def _two_ranks_of_one_checkpoint(tmp_path: Path) -> tuple[Path, Path]:
+    rank0 = tmp_path / "scratch" / "rank0"
+    rank1 = tmp_path / "scratch" / "rank1"
+    for rank, directory in enumerate((rank0, rank1)):
+        (directory / "rng").mkdir(parents=True)
+        (directory / f"__{rank}_0.distcp").write_bytes(bytes([rank]) * 1000)
+        (directory / "rng" / f"rank{rank}.pt").write_bytes(b"rng")
+    (rank0 / "train_state.json").write_text("{}")
+    return rank0, rank1
+
+
+def test_rank_directories_move_into_one_checkpoint_by_rename(tmp_path):
+    rank0, rank1 = _two_ranks_of_one_checkpoint(tmp_path)
+    inode = os.stat(rank1 / "__1_0.distcp").st_ino
+    destination = tmp_path / "run" / "checkpoint_a"
+    destination.parent.mkdir()
+    assert move_into(rank0, destination) and move_into(rank1, destination)
+    names = sorted(str(p.relative_to(destination)) for p in destination.rglob("*"))
+    assert names == [
+        "__0_0.distcp", "__1_0.distcp", "rng", "rng/rank0.pt", "rng/rank1.pt", "train_state.json"
+    ]  # fmt: skip
+    assert os.stat(destination / "__1_0.distcp").st_ino == inode  # renamed, not copied
+    assert not [p for p in rank0.rglob("*") if p.is_file()]
+
+
+def test_nothing_moves_across_filesystems(tmp_path, monkeypatch):
+    rank0, _ = _two_ranks_of_one_checkpoint(tmp_path)
+    destination = tmp_path / "run" / "checkpoint_a"
+    destination.parent.mkdir()
+    real_stat = os.stat
+
+    def stat_on_another_device(path, *args, **kwargs):
+        result = real_stat(path, *args, **kwargs)
+        if Path(path) == destination.parent:
+            return os.stat_result((*result[:2], result.st_dev + 1, *result[3:]))
+        return result
+
+    monkeypatch.setattr(os, "stat", stat_on_another_device)
+    assert not move_into(rank0, destination)
+    assert not destination.exists() and (rank0 / "__0_0.distcp").is_file()
+
+
+def test_ray_train_upload_renames_into_local_run_storage(tmp_path, monkeypatch):
+    """The function Ray Train calls to upload a rank's checkpoint, with Ray's own storage
+    context: the files are renamed into the run and the checkpoint Ray registers points there."""
+    import ray.train
+    from ray.train.v2._internal.execution.storage import StorageContext
+
+    from raytrain_vla.train import worker
+
+    storage = StorageContext(str(tmp_path / "runs"), "pick")
+    monkeypatch.setattr(
+        ray.train, "get_context", lambda: type("Ctx", (), {"get_storage": lambda self: storage})()
+    )
+    rank0, _ = _two_ranks_of_one_checkpoint(tmp_path)
+    inode = os.stat(rank0 / "__0_0.distcp").st_ino
+    persisted = worker._into_storage(ray.train.Checkpoint.from_directory(rank0), "checkpoint_a")
+    assert Path(persisted.path) == tmp_path / "runs" / "pick" / "checkpoint_a"
+    assert persisted.filesystem == storage.storage_filesystem
+    assert os.stat(Path(persisted.path) / "__0_0.distcp").st_ino == inode
