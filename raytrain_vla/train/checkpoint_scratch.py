@@ -2,12 +2,12 @@
 of those a dead worker left behind.
 
 A rank writes its shards and sidecars into a fresh local directory, reports it, and the
-directory is deleted once Ray has copied it (synchronous saves) or uploaded it (background
-saves). Where the run's storage is a local filesystem on the same device, the files are moved
-into it by rename instead (`move_into`): a checkpoint's bytes are written once, not written
-and then copied. A worker killed between the two leaves the directory behind: a whole shard of model and
-optimizer state, tens of GB for a 3.5B-parameter model, in the node's temp directory, once per
-fault. So the directories live under the run's scratch directory (`local_scratch`), named after
+directory is deleted once Ray has taken its files into the run (synchronous saves) or uploaded
+them (background saves). Where the run's storage is a local filesystem on the same device,
+Ray's upload is a rename (`move_into`), so a checkpoint's bytes are written once, not written
+and then copied. A worker killed between writing and reporting leaves the directory behind: a
+whole shard of model and optimizer state, tens of GB for a 3.5B-parameter model, in the node's
+temp directory, once per fault. So the directories live under the run's scratch directory (`local_scratch`), named after
 the process that writes them, and every rank of a new attempt removes those whose process is
 gone. A directory of a live process (another rank on the node, mid-save) is never touched.
 """

@@ -46,7 +46,7 @@ def _read_lines(filesystem: pafs.FileSystem, path: str) -> list[str]:
     try:
         with filesystem.open_input_stream(path) as stream:
             return stream.readall().decode().splitlines()
-    except (FileNotFoundError, OSError):
+    except OSError:  # not written yet, or not there at all
         return []
 
 
