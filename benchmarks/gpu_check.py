@@ -60,7 +60,8 @@ def _batch(view: DatasetView, ids: np.ndarray, device) -> dict:
 
 
 def _grad_rank(rank: int, world: int, port: int, spec: dict, out: str) -> None:
-    """One rank: shard (or not, for the reference) and return full-size gradients."""
+    """One rank: full-size gradients for each of `spec["precisions"]`, sharded (or not, for the
+    reference), from one process group: each spawn costs every rank a torch import."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     cuda = spec["device"] == "cuda"
     device = torch.device(f"cuda:{rank}" if cuda else "cpu")
@@ -68,19 +69,6 @@ def _grad_rank(rank: int, world: int, port: int, spec: dict, out: str) -> None:
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
     try:
-        torch.manual_seed(0)
-        model = _build(spec["model_config"]).to(device)
-        groups = resolve_groups(model, OptimizerConfig())
-        if spec["fsdp"]:
-            train_cfg = TrainConfig(precision=spec["precision"])
-            apply_fsdp(model, init_device_mesh(device.type, (world,)), train_cfg)
-        optimizer = build_optimizer(model, groups, OptimizerConfig())
-        scheduler = build_scheduler(optimizer, 10, SchedulerConfig(type="constant", warmup_steps=0))
-
-        def noise_fn(step: int, ids: list[int]):
-            return flow_noise_and_time(0, step, ids, model.noise_shape)
-
-        runner = StepRunner(model, optimizer, scheduler, groups, noise_fn, grad_clip=1.0)
         batch = torch.load(spec["batch"], weights_only=True)
         per_rank = len(batch["sample_ids"]) // world
         mine = {
@@ -88,15 +76,35 @@ def _grad_rank(rank: int, world: int, port: int, spec: dict, out: str) -> None:
                 if isinstance(v, dict) else v[rank * per_rank : (rank + 1) * per_rank].to(device))
             for k, v in batch.items()
         }  # fmt: skip
-        runner.accumulate(0, [mine])
-        grads = {}
-        for name, p in model.named_parameters():
-            g = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
-            grads[name] = g.detach().float().cpu()
+        grads = {
+            precision: _one_rank_grads(spec, precision, world, device, mine)
+            for precision in spec["precisions"]
+        }
         if rank == 0:
             torch.save(grads, out)
     finally:
         dist.destroy_process_group()
+
+
+def _one_rank_grads(spec: dict, precision: str, world: int, device, mine: dict) -> dict:
+    torch.manual_seed(0)
+    model = _build(spec["model_config"]).to(device)
+    groups = resolve_groups(model, OptimizerConfig())
+    if spec["fsdp"]:
+        apply_fsdp(model, init_device_mesh(device.type, (world,)), TrainConfig(precision=precision))
+    optimizer = build_optimizer(model, groups, OptimizerConfig())
+    scheduler = build_scheduler(optimizer, 10, SchedulerConfig(type="constant", warmup_steps=0))
+
+    def noise_fn(step: int, ids: list[int]):
+        return flow_noise_and_time(0, step, ids, model.noise_shape)
+
+    runner = StepRunner(model, optimizer, scheduler, groups, noise_fn, grad_clip=1.0)
+    runner.accumulate(0, [mine])
+    grads = {}
+    for name, p in model.named_parameters():
+        g = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
+        grads[name] = g.detach().float().cpu()
+    return grads
 
 
 def _free_port() -> int:
@@ -123,12 +131,14 @@ def grad_check(view: DatasetView, device: str, tmp: Path, size: str) -> dict:
     torch.save(_batch(view, ids, "cpu"), batch_path)
     config = _config(view, size).to_dict()
     spec = {"device": device, "model_config": config, "batch": str(batch_path)}
-    reference = _spawn_grads(1, {**spec, "fsdp": False, "precision": "fp32"}, tmp, "ref")
+    reference = _spawn_grads(1, {**spec, "fsdp": False, "precisions": ["fp32"]}, tmp, "ref")["fp32"]
     result = {"backend": "nccl" if device == "cuda" else "gloo", "world_size": world}
-    for precision in ("fp32", "bf16"):
-        sharded = _spawn_grads(
-            world, {**spec, "fsdp": True, "precision": precision}, tmp, precision
-        )
+    precisions = ["fp32", "bf16"]
+    sharded_by_precision = _spawn_grads(
+        world, {**spec, "fsdp": True, "precisions": precisions}, tmp, "sharded"
+    )
+    for precision in precisions:
+        sharded = sharded_by_precision[precision]
         num = sum(float((sharded[k] - reference[k]).square().sum()) for k in reference)
         den = sum(float(reference[k].square().sum()) for k in reference)
         worst = max(

@@ -18,24 +18,6 @@ from raytrain_vla.common.location import as_path
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 
-def _sample_ids(run_dir: Path) -> dict[tuple[int, int], list[int]]:
-    rows = [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()]
-    return {(r["step"], r["rank"]): r["ids"] for r in rows}
-
-
-def test_training_on_s3_matches_training_on_disk(
-    s3_server, demo_root, reference, run_args, tmp_path
-):
-    """The data in the bucket, the run on local disk: the first 9 steps read the batches of the
-    disk reference's first 9, and the export is bitwise its step-9 checkpoint."""
-    uri = s3_server.upload(demo_root, "demo_e2e")
-    debug = "--debug.log_sample_ids=true"
-    assert run.main(run_args("s3", 9, debug, f"--data.root={uri}")) == 0
-    want = {key: ids for key, ids in _sample_ids(reference).items() if key[0] < 9}
-    assert _sample_ids(tmp_path / "runs" / "s3") == want
-    _assert_export_is_step9_of(reference, tmp_path / "runs" / "s3")
-
-
 def test_stats_and_inspect_work_on_s3(s3_server, demo_root, capsys):
     uri = s3_server.upload(demo_root, "demo_stats")
     stats = as_path(uri) / "meta" / "stats.json"
@@ -56,13 +38,19 @@ def test_stats_and_inspect_work_on_s3(s3_server, demo_root, capsys):
 
 
 def _global_batches(rows: list[dict]) -> dict[int, list[int]]:
-    """Step -> the global batch's ids, from the attempt that finished each step (a redone step
-    replaces the earlier try's lines)."""
-    committed = {(r["step"], r["rank"]): r for r in rows}
-    out: dict[int, list[int]] = {}
-    for (step, _), row in sorted(committed.items()):
-        out.setdefault(step, []).extend(row["ids"])
-    return out
+    """Step -> the global batch's ids, from the attempt that ran each step last: a redone step,
+    at any world size, replaces the earlier try's lines."""
+    last: dict[int, tuple[int, dict[int, list[int]]]] = {}
+    for row in rows:
+        world, ranks = last.get(row["step"], (row["world_size"], {}))
+        if world != row["world_size"] or row["rank"] in ranks:
+            world, ranks = row["world_size"], {}
+        ranks[row["rank"]] = row["ids"]
+        last[row["step"]] = (world, ranks)
+    return {
+        step: [i for rank in sorted(ranks) for i in ranks[rank]]
+        for step, (_, ranks) in sorted(last.items())
+    }
 
 
 def _rows(run_dir) -> list[dict]:
@@ -94,15 +82,18 @@ def _assert_export_is_step9_of(reference: Path, run_dir) -> None:
         np.testing.assert_array_equal(got[key], want[key], err_msg=key)
 
 
-def test_a_run_stored_on_s3_survives_a_kill_resumes_at_another_world_size_and_exports(
+def test_a_run_on_s3_survives_a_kill_a_crashed_checkpoint_write_and_a_damaged_checkpoint(
     s3_server, demo_root, reference, run_args, tmp_path, capsys
 ):
-    """Data and run storage both on the S3 server. A worker is killed after step 4 of 9 and the
-    run recovers from the step-3 checkpoint in the bucket; a second driver invocation resumes
-    that run from the bucket to step 10 with one worker. Compared with a straight 10-step
-    two-worker run on disk: every global batch is the same, the 9-step export is bitwise the
-    reference's step-9 checkpoint, and the policies agree. Nothing is written to a local run
-    directory; the driver lock in the bucket refuses a second driver."""
+    """Data and run storage both on the S3 server, with `test_faults`' failures in one run:
+    a worker is killed after step 4 (the run recovers from the step-3 checkpoint in the
+    bucket), then dies while writing the step-6 checkpoint (never registered, so steps 4-6 are
+    redone from step 3 again), and the run ends at step 9. Its step-9 shard is then truncated
+    in the bucket, and a second driver invocation falls back to the step-6 checkpoint and
+    trains on to step 10 with one worker. Compared with a straight 10-step two-worker run on
+    disk: every global batch is the same, the 9-step export is bitwise the reference's step-9
+    checkpoint, and the policies agree. Nothing is written to a local run directory; the
+    driver lock in the bucket refuses a second driver."""
     from raytrain_vla import policy
     from raytrain_vla.common.run_storage import run_path
     from raytrain_vla.train.driver_lock import acquire, release
@@ -120,16 +111,28 @@ def test_a_run_stored_on_s3_survives_a_kill_resumes_at_another_world_size_and_ex
         args = run_args("s3run", steps, debug, f"--data.root={data}", *extra)
         return [*args, f"--ray.storage_path={storage}"]
 
-    kill = ["--ray.max_failures=1", "--debug.kill_at_step=4", "--debug.kill_rank=1"]
-    assert run.main(on_s3(9, *kill)) == 0
+    faults = [
+        "--ray.max_failures=2",
+        "--debug.kill_at_step=4",
+        "--debug.crash_in_checkpoint_at_step=6",
+        "--debug.kill_rank=1",
+    ]
+    assert run.main(on_s3(9, *faults)) == 0
     run_dir = run_path(storage) / "s3run"
-    assert (run_dir / ".fault_kill_4").is_file()  # the marker went to the bucket too
+    assert (run_dir / ".fault_kill_4").is_file()  # the markers went to the bucket too
+    assert (run_dir / ".fault_ckpt_6").is_file()
     latest = latest_checkpoint(str(run_dir))
     assert json.loads((latest / "train_state.json").read_text())["step"] == 9
     kept = [p.name for p in checkpoint_dirs(run_dir)]  # retention (num_to_keep=2) on S3 too
     assert kept == registered_checkpoints(run_dir) and len(kept) == 2
+    for name in kept:  # each registered checkpoint holds both ranks' shards
+        assert {"__0_0.distcp", "__1_0.distcp"} <= {p.name for p in (run_dir / name).iterdir()}
     rows = _rows(run_dir)
-    assert sum(r["step"] == 3 and r["rank"] == 1 for r in rows) == 2, "step 4 was redone"
+    # Step 4 ran in all three attempts; steps 5-6 in the last two; steps 7-9 once.
+    runs_of = lambda step: sum(r["step"] == step - 1 and r["rank"] == 1 for r in rows)  # noqa: E731
+    assert [runs_of(step) for step in range(1, 10)] == [1, 1, 1, 3, 2, 2, 1, 1, 1]
+    want = _global_batches(_rows(reference))
+    assert _global_batches(rows) == {s: want[s] for s in range(9)}
     _assert_export_is_step9_of(reference, run_dir)
 
     # The lock in the bucket keeps a second driver out of the run.
@@ -139,12 +142,17 @@ def test_a_run_stored_on_s3_survives_a_kill_resumes_at_another_world_size_and_ex
     assert "in use by another training driver" in capsys.readouterr().err
     release(str(run_dir), record)
 
-    # A second invocation resumes from the bucket's step-9 checkpoint, with one worker.
+    # The step-9 checkpoint's shard truncated in the bucket: a second invocation falls back to
+    # the step-6 checkpoint and trains on with one worker.
+    shard = latest / "__1_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:-64])
+    before = len(rows)
     assert run.main(on_s3(10, "--ray.num_workers=1")) == 0
     rows = _rows(run_dir)
-    assert [r["world_size"] for r in rows if r["step"] == 9] == [1]
-    assert sum(r["step"] == 8 for r in rows) == 2, "the resume redid steps before step 9"
-    assert _global_batches(rows) == _global_batches(_rows(reference))
+    redone = rows[before:]
+    assert sorted({r["step"] for r in redone}) == [6, 7, 8, 9]
+    assert {r["world_size"] for r in redone} == {1}
+    assert _global_batches(rows) == want
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert sorted({m["step"] for m in metrics if m["kind"] == "train"}) == list(range(1, 11))
     assert not (run_dir / ".driver.lock").exists()
@@ -174,42 +182,3 @@ def test_a_run_stored_on_s3_survives_a_kill_resumes_at_another_world_size_and_ex
     ours = policy.load(str(run_dir / "export"), seed=3).predict_action(obs)
     theirs = policy.load(reference / "export", seed=3).predict_action(obs)
     np.testing.assert_allclose(ours, theirs, atol=1e-5)
-
-
-def test_on_s3_a_crash_in_a_checkpoint_write_and_a_damaged_checkpoint_lose_nothing(
-    s3_server, demo_root, reference, run_args, tmp_path
-):
-    """`test_faults`' checkpoint cases with the data and the run in the bucket: a worker dies
-    while writing the step-6 checkpoint (never registered, so the run redoes steps 4-6 from the
-    step-3 one), then the step-9 checkpoint's shard is truncated in the bucket and the next
-    invocation falls back to step 6 and redoes steps 7-9. Every global batch and the export stay
-    bitwise those of an uninterrupted run on disk."""
-    from raytrain_vla.common.run_storage import run_path
-    from raytrain_vla.train.resume import latest_checkpoint
-
-    data = s3_server.upload(demo_root, "demo_faults")
-    storage = f"s3://raytrain-vla-test/runs-{tmp_path.name}"
-
-    def on_s3(*extra: str) -> list[str]:
-        debug = ["--debug.log_sample_ids=true", "--ray.max_failures=1"]
-        args = run_args("faults", 9, *debug, f"--data.root={data}", *extra)
-        return [*args, f"--ray.storage_path={storage}"]
-
-    crash = ["--debug.crash_in_checkpoint_at_step=6", "--debug.kill_rank=1"]
-    assert run.main(on_s3(*crash)) == 0
-    run_dir = run_path(storage) / "faults"
-    rows = _rows(run_dir)
-    assert sum(r["step"] == 3 and r["rank"] == 0 for r in rows) == 2, "steps 4-6 were redone"
-    want = _global_batches(_rows(reference))
-    assert _global_batches(rows) == {s: want[s] for s in range(9)}
-    _assert_export_is_step9_of(reference, run_dir)
-
-    latest = latest_checkpoint(str(run_dir))
-    assert json.loads((latest / "train_state.json").read_text())["step"] == 9
-    shard = latest / "__1_0.distcp"
-    shard.write_bytes(shard.read_bytes()[:-64])
-    assert run.main(on_s3()) == 0
-    redone = _rows(run_dir)[len(rows) :]
-    assert sorted({r["step"] for r in redone}) == [6, 7, 8]
-    assert _global_batches(_rows(run_dir)) == {s: want[s] for s in range(9)}
-    _assert_export_is_step9_of(reference, run_dir)

@@ -1,6 +1,8 @@
 """LeRobot's SmolVLA (the tiny fixture) fine-tuned on the demo data on Ray: 2 workers, FSDP2,
-LeRobot's `train_expert_only` default. A killed worker costs nothing (bitwise), checkpoints hold
-only what trains, and the LeRobot-format export predicts exactly what our export predicts.
+LeRobot's `train_expert_only` default. Checkpoints hold only what trains, the LeRobot-format
+export predicts exactly what our export predicts, and with LoRA adapters a killed worker costs
+nothing (bitwise). The kill is done once, on the LoRA run, for suite time: resuming is the
+trainer's, and the LoRA run's checkpoints hold the expert stream as well as the adapters.
 """
 
 from __future__ import annotations
@@ -45,19 +47,6 @@ def reference(demo_root, tmp_path_factory):
     storage = tmp_path_factory.mktemp("smolvla")
     assert run.main(smolvla_args(demo_root, storage, "reference")) == 0
     return storage / "reference"
-
-
-def test_killed_worker_resumes_bitwise(reference, demo_root, tmp_path):
-    args = smolvla_args(demo_root, tmp_path, "killed", "--ray.max_failures=1")
-    assert run.main([*args, "--debug.kill_at_step=4", "--debug.kill_rank=1"]) == 0
-    run_dir = tmp_path / "killed"
-    assert (run_dir / ".fault_kill_4").exists()
-    assert committed_ids(run_dir) == committed_ids(reference)
-    ours = load_file(str(run_dir / "export" / "model.safetensors"))
-    theirs = load_file(str(reference / "export" / "model.safetensors"))
-    assert ours.keys() == theirs.keys()
-    for key in ours:
-        np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
 
 
 def test_checkpoints_hold_only_what_trains(reference):
