@@ -44,8 +44,8 @@ def is_remote(path: RunPath | str) -> bool:
 
 def local_scratch(run_dir: RunPath) -> Path:
     """This node's scratch directory for a run, in the temp directory: local stand-ins for
-    files of a run in object storage, and checkpoints before Ray moves them into the run. Keyed
-    by the run's full path, so runs of the same name in different storage never share one."""
+    files of a run in object storage, and its checkpoints before Ray uploads them. Keyed by the
+    run's full path, so runs of the same name in different storage never share one."""
     key = hashlib.sha1(str(run_dir).encode()).hexdigest()[:8]
     return Path(tempfile.gettempdir()) / "raytrain_vla" / f"{run_dir.name}-{key}"
 

@@ -1,15 +1,18 @@
 """Where each rank assembles a checkpoint before Ray Train moves it into the run, and the clean-up
 of those a dead worker left behind.
 
-A rank writes its shards and sidecars into a fresh local directory, reports it, and the
-directory is deleted once Ray has taken its files into the run (synchronous saves) or uploaded
-them (background saves). Where the run's storage is a local filesystem on the same device,
-Ray's upload is a rename (`move_into`), so a checkpoint's bytes are written once, not written
-and then copied. A worker killed between writing and reporting leaves the directory behind: a
-whole shard of model and optimizer state, tens of GB for a 3.5B-parameter model, in the node's
-temp directory, once per fault. So the directories live under the run's scratch directory (`local_scratch`), named after
-the process that writes them, and every rank of a new attempt removes those whose process is
-gone. A directory of a live process (another rank on the node, mid-save) is never touched.
+A rank writes its shards and sidecars into a fresh directory, reports it, and the directory is
+deleted once Ray has taken its files into the run (synchronous saves) or uploaded them
+(background saves). For a run on a local or mounted filesystem that directory is inside the run
+(`<run>/.scratch/<host>/checkpoints/`), so Ray's upload is a rename (`move_into`) whatever disk
+the run is on: a checkpoint's bytes are written once, not written and then copied. For a run in
+object storage it is in the node's temp directory. A worker killed between writing and
+reporting leaves the directory behind: a whole shard of model and optimizer state, tens of GB
+for a 3.5B-parameter model, once per fault. So the directories are named after the process
+that writes them, and every rank of a new attempt removes those whose process is gone. Owners
+are told apart by pid, which only their node can check, hence one directory per host on a
+filesystem that nodes may share. A directory of a live process (another rank on the node,
+mid-save) is never touched.
 """
 
 from __future__ import annotations
@@ -17,18 +20,27 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 
 import psutil
 
-from raytrain_vla.common.run_storage import RunPath, local_scratch
+from raytrain_vla.common.run_storage import RunPath, is_remote, local_scratch
 
 _OWNER = re.compile(r"^pid(\d+)-")
 
 
+SCRATCH = ".scratch"
+
+
 def checkpoint_scratch_root(run_dir: RunPath) -> Path:
-    return local_scratch(run_dir) / "checkpoints"
+    """This host's directory for unfinished checkpoints of `run_dir`: inside a run on a
+    filesystem (the same one as its checkpoints, so they are handed over by rename), else in the
+    node's temp directory."""
+    if is_remote(run_dir):
+        return local_scratch(run_dir) / "checkpoints"
+    return Path(run_dir) / SCRATCH / socket.gethostname() / "checkpoints"
 
 
 def new_checkpoint_directory(run_dir: RunPath, step: int) -> Path:

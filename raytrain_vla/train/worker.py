@@ -62,8 +62,8 @@ _TAKES_UPLOAD_FN = "checkpoint_upload_fn" in inspect.signature(ray.train.report)
 
 
 def _into_storage(checkpoint: ray.train.Checkpoint, name: str) -> ray.train.Checkpoint:
-    """Ray Train's upload of a rank's checkpoint directory: a rename into a local run storage on
-    the same filesystem, Ray's own copy anywhere else (object stores, another device)."""
+    """Ray Train's upload of a rank's checkpoint directory: a rename into local run storage (the
+    directory was assembled on its filesystem), Ray's own copy into an object store."""
     storage = ray.train.get_context().get_storage()
     destination = storage.build_checkpoint_path_from_name(name)
     if storage.storage_filesystem.type_name == "local" and move_into(

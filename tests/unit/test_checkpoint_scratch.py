@@ -1,10 +1,11 @@
 """A checkpoint directory a dead worker left on its node is removed by the next attempt; one of a
-live process (another rank mid-save) is kept. A finished one is renamed into local run storage
-on the same filesystem, not copied."""
+live process (another rank mid-save) is kept. A finished one is renamed into local run storage,
+not copied: a local run's checkpoints are assembled on its own filesystem."""
 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -61,6 +62,28 @@ def test_runs_of_one_name_in_two_storages_do_not_share_a_scratch_directory(tmp_p
     assert local_scratch(first) != local_scratch(second)
     assert local_scratch(first).parent == Path(tempfile.gettempdir()) / "raytrain_vla"
     assert remove_orphaned_checkpoints(first) == []  # no scratch directory yet
+
+
+def test_a_local_run_assembles_checkpoints_on_its_own_filesystem_per_host(tmp_path):
+    """With the temp directory on another device than the run (`/tmp` on the root disk, runs on
+    NVMe), a checkpoint assembled for a local run still moves into it by rename; a run in object
+    storage assembles in the temp directory."""
+    from upath import UPath
+
+    shm = Path("/dev/shm")
+    run_dir = tmp_path / "runs" / "pick"
+    run_dir.mkdir(parents=True)
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs /dev/shm on another device than the test's temp directory")
+    with tempfile.TemporaryDirectory(dir=shm) as other_device:
+        tempfile.tempdir = other_device  # restored by the autouse fixture
+        directory = new_checkpoint_directory(run_dir, 3)
+        (directory / "__0_0.distcp").write_bytes(b"x")
+        assert directory.is_relative_to(run_dir / ".scratch" / socket.gethostname())
+        assert move_into(directory, run_dir / "checkpoint_a")
+        assert (run_dir / "checkpoint_a" / "__0_0.distcp").read_bytes() == b"x"
+        remote = checkpoint_scratch_root(UPath("s3://bucket/runs/pick"))
+        assert remote.is_relative_to(other_device)
 
 
 def _two_ranks_of_one_checkpoint(tmp_path: Path) -> tuple[Path, Path]:
