@@ -89,7 +89,9 @@ def test_asha_sweep_survives_a_driver_restart_and_hands_back_a_trainable_config(
 
     # 1. Start the sweep in its own driver process and SIGKILL it once Tune has recorded the
     #    first trial as finished.
-    env = {**os.environ, "RAY_ADDRESS": ray_cluster.address}
+    # Tune saves its experiment state at most every 10 s by default; each second saved here is
+    # one the second trial does not run in a driver about to be killed.
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster.address, "TUNE_GLOBAL_CHECKPOINT_S": "1"}
     log = (tmp_path / "driver.log").open("w")
     cmd = [sys.executable, "-m", "raytrain_vla.tune", *args]
     driver = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
