@@ -87,6 +87,7 @@ def _grad_rank(rank: int, world: int, port: int, spec: dict, out: str) -> None:
 
 
 def _one_rank_grads(spec: dict, precision: str, world: int, device, mine: dict) -> dict:
+    """This rank's full-size gradients of one step on its slice `mine`, from a fresh model."""
     torch.manual_seed(0)
     model = _build(spec["model_config"]).to(device)
     groups = resolve_groups(model, OptimizerConfig())

@@ -29,9 +29,7 @@ import psutil
 from raytrain_vla.common.run_storage import RunPath, is_remote, local_scratch
 
 _OWNER = re.compile(r"^pid(\d+)-")
-
-
-SCRATCH = ".scratch"
+SCRATCH = ".scratch"  # a local run's unfinished checkpoints, one subdirectory per host
 
 
 def checkpoint_scratch_root(run_dir: RunPath) -> Path:
