@@ -27,6 +27,7 @@ samples/s and MFU (FLOPs counted by torch's FlopCounterMode).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -227,7 +228,15 @@ def _rank(
     if rank == 0:
         result = {"times": times, "rss": [float(r) for r in gathered], "placement": placement}
         Path(out).write_text(json.dumps({**result, "comm": comm.last_step}))
+    # As tests/integration/_spawn.py tears down: a rank aborted here ("terminate called without
+    # an active exception") when gloo's threads met a late destructor at interpreter exit.
+    del model
+    gc.collect()
+    dist.barrier()
     dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _independent_rank(rank: int, vlm_dir: str, steps: int, samples: int, out: str) -> None:

@@ -2,6 +2,9 @@
 
 Every faulty run is compared with one uninterrupted reference run of the same recipe: the
 exported weights must be bitwise equal and the committed per-step sample ids identical.
+A crash inside a checkpoint write is covered by the object-storage fault run
+(`test_object_store_e2e.py`), which also kills a worker; a local run's interrupted save is the
+background-save kill below.
 """
 
 from __future__ import annotations
@@ -59,26 +62,6 @@ def reference(demo_root, tmp_path_factory):
 
 def _args(demo_root, storage, name, steps, *extra):
     return short_run_args(demo_root, storage, name, steps, *extra)
-
-
-def test_crash_during_checkpoint_write_resumes_from_previous(reference, demo_root, tmp_path):
-    args = _args(demo_root, tmp_path, "ckpt_crash", STEPS, DEBUG, "--ray.max_failures=1")
-    assert run.main([*args, "--debug.crash_in_checkpoint_at_step=6", "--debug.kill_rank=1"]) == 0
-    run_dir = tmp_path / "ckpt_crash"
-    rows = [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()]
-    # Steps after the step-3 checkpoint ran twice: the step-6 checkpoint was never registered.
-    assert sum(r["step"] == 3 and r["rank"] == 0 for r in rows) == 2
-    snapshot = json.loads((run_dir / "checkpoint_manager_snapshot.json").read_text())
-    for result in snapshot["checkpoint_results"]:
-        ckpt = run_dir / result["checkpoint_dir_name"]
-        assert {"train_state.json", ".metadata", "__0_0.distcp", "__1_0.distcp"} <= {
-            p.name for p in ckpt.iterdir()
-        }
-    assert (
-        json.loads((latest_checkpoint(run_dir) / "train_state.json").read_text())["step"] == STEPS
-    )
-    assert committed_ids(run_dir) == committed_ids(reference)
-    assert_same_weights(run_dir, reference)
 
 
 def test_worker_sigkill_with_a_background_save_in_flight_recovers_bitwise(
