@@ -36,6 +36,7 @@ from raytrain_vla.train.fsdp import apply_fsdp
 from raytrain_vla.train.inputs import ReadTransform
 from raytrain_vla.train.noise import flow_noise_and_time
 from raytrain_vla.train.optim import build_optimizer, build_scheduler, resolve_groups
+from raytrain_vla.train.rank_exit import exit_rank
 from raytrain_vla.train.step import StepRunner
 
 FAMILY = get_family("flow_vla")
@@ -82,8 +83,11 @@ def _grad_rank(rank: int, world: int, port: int, spec: dict, out: str) -> None:
         }
         if rank == 0:
             torch.save(grads, out)
-    finally:
-        dist.destroy_process_group()
+    except BaseException:
+        dist.destroy_process_group()  # no barrier: the peers may never reach it
+        raise
+    del grads
+    exit_rank()
 
 
 def _one_rank_grads(spec: dict, precision: str, world: int, device, mine: dict) -> dict:

@@ -44,6 +44,7 @@ from raytrain_vla.train.fsdp import apply_fsdp
 from raytrain_vla.train.inputs import ReadTransform
 from raytrain_vla.train.noise import flow_noise_and_time
 from raytrain_vla.train.optim import build_optimizer, build_scheduler, resolve_groups
+from raytrain_vla.train.rank_exit import exit_rank
 from raytrain_vla.train.step import StepRunner
 
 
@@ -115,7 +116,7 @@ def _plain_worker(
         Path(out).write_text(
             json.dumps({"steps_per_s": (cfg.train.steps - warmup) / (time.perf_counter() - start)})
         )
-    dist.destroy_process_group()
+    exit_rank()
 
 
 def _free_port() -> int:

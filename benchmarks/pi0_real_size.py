@@ -68,6 +68,7 @@ from raytrain_vla.train.optim import (
     freeze_for_config,
     resolve_groups,
 )
+from raytrain_vla.train.rank_exit import exit_rank
 from raytrain_vla.train.step import StepRunner
 
 VARIANTS = ("pi0", "pi05")
@@ -473,10 +474,8 @@ def _measure(rank: int, world: int, port: int, args: dict) -> None:
     except Exception as err:  # noqa: BLE001 - reported, and FSDP's refusal triggers the fallback
         result = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
     out.write_text(json.dumps(result))
-    if world > 1 and dist.is_initialized():
-        if "error" not in result:
-            dist.barrier()
-        dist.destroy_process_group()
+    if world > 1:
+        exit_rank(wait_for_peers="error" not in result)  # a failed peer never reaches the barrier
 
 
 def spawn(world: int, args: dict) -> list[dict]:

@@ -27,7 +27,6 @@ samples/s and MFU (FLOPs counted by torch's FlopCounterMode).
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import resource
@@ -60,6 +59,7 @@ from raytrain_vla.train.optim import (
     freeze_for_config,
     resolve_groups,
 )
+from raytrain_vla.train.rank_exit import exit_rank
 from raytrain_vla.train.step import StepRunner
 
 # HuggingFaceTB/SmolVLM2-500M-Video-Instruct, config.json (public values).
@@ -228,15 +228,8 @@ def _rank(
     if rank == 0:
         result = {"times": times, "rss": [float(r) for r in gathered], "placement": placement}
         Path(out).write_text(json.dumps({**result, "comm": comm.last_step}))
-    # As tests/integration/_spawn.py tears down: a rank aborted here ("terminate called without
-    # an active exception") when gloo's threads met a late destructor at interpreter exit.
     del model
-    gc.collect()
-    dist.barrier()
-    dist.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_rank()
 
 
 def _independent_rank(rank: int, vlm_dir: str, steps: int, samples: int, out: str) -> None:

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import gc
-import os
-import sys
 import uuid
 from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from raytrain_vla.train.rank_exit import exit_rank
 
 RankProgram = Callable[[int, int], dict]  # (rank, world) -> result; module level, so it pickles
 
@@ -23,17 +22,8 @@ def _entry(rank: int, world: int, store: str, program: RankProgram, out: str) ->
     result = program(rank, world)  # an exception exits non-zero; peers fail or time out
     if rank == 0:
         torch.save(result, out)
-    # A rank aborted twice in CI with "terminate called without an active exception" after
-    # training. Gloo's threads must not outlive the interpreter: drop the program's process-group
-    # handles (FSDP meshes in reference cycles) now, tear down only once every rank is done,
-    # and skip interpreter finalization, where a late destructor aborts the process.
-    del result
-    gc.collect()
-    dist.barrier()
-    dist.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    del result  # its tensors may hold the program's meshes alive
+    exit_rank()
 
 
 def run_distributed(program: RankProgram, tmp_path, world: int = 2) -> dict:
