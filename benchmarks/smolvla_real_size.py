@@ -18,6 +18,12 @@ layer, chunk 50, 512 x 512 images, `train_expert_only`), and reports:
   (`independent_processes_over_plain_step_time`), and FSDP2's cost above it
   (`fsdp_over_independent_step_time`).
 
+The spawned processes (FSDP2 ranks and the floor) get the environment the trainer gives its
+workers (`train/launch.worker_env_vars`: torch's allocator on transparent huge pages unless
+THP_MEM_ALLOC_ENABLE says otherwise); the plain process runs in the caller's environment, as a
+user's plain script would. `THP_MEM_ALLOC_ENABLE=1` (or `=0`) before the command puts every
+process on (or off) huge pages.
+
 On a CUDA machine `--device cuda --precision bf16` times the same step on one GPU and adds
 samples/s and MFU (FLOPs counted by torch's FlopCounterMode).
 
@@ -50,6 +56,7 @@ from raytrain_vla.train.comm import CommCounter
 from raytrain_vla.train.flops import peak_tflops, training_flops_per_sample
 from raytrain_vla.train.frozen import frozen_bytes, place_frozen, rank_memory_bytes
 from raytrain_vla.train.fsdp import apply_fsdp
+from raytrain_vla.train.launch import HUGE_PAGES_ENV, worker_env_vars
 from raytrain_vla.train.materialize import materialize_from_rank0, meta_model
 from raytrain_vla.train.mesh import build_mesh
 from raytrain_vla.train.noise import flow_noise_and_time
@@ -246,6 +253,7 @@ def independent(vlm_dir: str, steps: int, world: int = 2) -> dict:
     """The floor of any data-parallel step here: `world` processes of 1 thread, each training
     its own copy on its share of the batch with no communication at all."""
     out = Path(vlm_dir) / "independent"
+    os.environ.update(worker_env_vars(os.environ))  # inherited by the spawned processes
     mp.start_processes(
         _independent_rank, args=(vlm_dir, steps, 2 // world, str(out)), nprocs=world,
         start_method="spawn",
@@ -265,6 +273,7 @@ def fsdp(
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = Path(vlm_dir) / "fsdp.json"
+    os.environ.update(worker_env_vars(os.environ))  # as the trainer's workers get it
     mp.start_processes(
         _rank, args=(world, port, vlm_dir, steps, str(out), frozen_mode, reshard, dp_shard), nprocs=world,
         start_method="spawn",
@@ -279,6 +288,7 @@ def fsdp(
 
 
 def main() -> int:
+    plain_env = {HUGE_PAGES_ENV: os.environ.get(HUGE_PAGES_ENV, "unset")}
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=3, help="timed steps per side")
     parser.add_argument("--device", default="cpu")
@@ -329,6 +339,8 @@ def main() -> int:
             floor = result["independent_processes"]["step_s"]
             result["independent_processes_over_plain_step_time"] = floor / result["plain_step_s"]
             result["fsdp_over_independent_step_time"] = after / floor
+    result["plain_process_env"] = plain_env
+    result["spawned_process_env"] = worker_env_vars(os.environ)
     result["device"] = args.device
     result["reshard_after_forward"] = args.reshard_after_forward
     result["dp_shard"] = args.dp_shard

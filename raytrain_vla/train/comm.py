@@ -3,6 +3,12 @@ objects of every FSDP unit (`set_custom_all_gather` / `set_custom_reduce_scatter
 by torch's defaults plus a byte count: the gathered (full) size of each all-gather, the full
 gradient size of each reduce-scatter. Under HSDP each reduce-scatter's output (this rank's shard)
 is then all-reduced across the replicas; that payload is counted as `comm/allreduce_bytes`.
+
+On gloo (CPU) the same reduce-scatter object carries each reduce-scatter as an all-reduce of
+the flat gradient buffer in place followed by a copy of this rank's chunk: gloo's own
+reduce-scatter is 2-3x slower than its all-reduce of the same buffer
+(`benchmarks/README.md`, "Frozen weights"), and the sums are bitwise the same as its
+reduce-scatter's (`test_fsdp_numerics`). The counted payload stays the reduce-scatter's.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
+import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule
 
@@ -24,6 +31,15 @@ except ImportError:  # pragma: no cover - other torch layouts
 
 def _nbytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * tensor.element_size()
+
+
+def reduce_scatter_by_all_reduce(
+    output: torch.Tensor, flat_input: torch.Tensor, group: dist.ProcessGroup, op: dist.ReduceOp
+) -> None:
+    """FSDP2's reduce-scatter of a flat buffer (rank r's output is chunk r), done as gloo does
+    fastest: all-reduce the buffer in place (FSDP does not read it again), copy our chunk."""
+    dist.all_reduce(flat_input, op=op, group=group)
+    output.copy_(flat_input.view(group.size(), -1)[group.rank()])
 
 
 class CommCounter:
@@ -49,7 +65,9 @@ class CommCounter:
         class CountingReduceScatter(DefaultReduceScatter):
             def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
                 counter.reduce_scatter_bytes += _nbytes(input_tensor)
-                return super().__call__(output_tensor, input_tensor, group, op, async_op)
+                if async_op or dist.get_backend(group) != "gloo":
+                    return super().__call__(output_tensor, input_tensor, group, op, async_op)
+                return reduce_scatter_by_all_reduce(output_tensor, input_tensor, group, op)
 
         def count_all_reduce(output: torch.Tensor) -> None:
             # Runs after HSDP's all-reduce of each reduced shard (also where a shard group of

@@ -55,7 +55,8 @@ def apply_fsdp(
 
     `replicated` names frozen parameters FSDP leaves alone: they are cast to the compute dtype
     here (still on the meta device, so they are allocated at that size) and every rank keeps
-    them whole. `comm`, when given, counts the bytes of every all-gather and reduce-scatter.
+    them whole. `comm`, when given, counts the bytes of every all-gather and reduce-scatter;
+    either way the units get its collectives (on gloo, the faster reduce-scatter).
     """
     if cfg.activation_checkpointing:
         apply_activation_checkpointing(model.activation_checkpoint_units())
@@ -74,8 +75,8 @@ def apply_fsdp(
     # its layers consume (the family contract, models/base.py).
     kwargs["mp_policy"] = mixed_precision(cfg.precision, cast_inputs=False)
     fully_shard(model, reshard_after_forward=False, **kwargs)
-    if comm is not None:
-        comm.attach([m for m in [*units, model] if isinstance(m, FSDPModule)], mesh)
+    comm = comm if comm is not None else CommCounter()
+    comm.attach([m for m in [*units, model] if isinstance(m, FSDPModule)], mesh)
     return model
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 
 import ray
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
@@ -83,6 +84,20 @@ def _cluster_started_here() -> tuple[str | None, str | None]:
     return (recorded if recorded in find_gcs_addresses() else None), recorded
 
 
+# torch's CPU allocator backs buffers of 2 MB and more with transparent huge pages when this is
+# set in a process before its first allocation. FSDP2 allocates and frees its gather and
+# reduce-scatter buffers every step; on CPU each fresh 4 KB page then faults and is cleared,
+# which cost the real-size SmolVLA step about 15% (benchmarks/README.md, "Frozen weights").
+# Memory only: the results are bitwise the same.
+HUGE_PAGES_ENV = "THP_MEM_ALLOC_ENABLE"
+
+
+def worker_env_vars(driver_env: Mapping[str, str]) -> dict[str, str]:
+    """Environment of every training worker: huge pages on, unless the driver's environment
+    already says otherwise (its value is passed on as it is)."""
+    return {HUGE_PAGES_ENV: driver_env.get(HUGE_PAGES_ENV, "1")}
+
+
 def build_trainer(cfg: Config, callbacks: list | None = None) -> Trainer:
     storage = str(run_path(cfg.ray.storage_path))  # a URI as is: Ray Train writes via pyarrow.fs
     resources = dict(cfg.ray.resources_per_worker)
@@ -109,6 +124,7 @@ def build_trainer(cfg: Config, callbacks: list | None = None) -> Trainer:
             failure_config=FailureConfig(max_failures=cfg.ray.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=cfg.ray.num_to_keep),
             callbacks=callbacks or [],
+            worker_runtime_env={"env_vars": worker_env_vars(os.environ)},
             **quiet,
         ),
     )

@@ -7,6 +7,8 @@ compares against one unsharded process on the same global batch.
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -17,6 +19,8 @@ from raytrain_vla.config.schema import OptimizerConfig, SchedulerConfig, TrainCo
 from raytrain_vla.models.flow_vla.config import FlowVLAConfig
 from raytrain_vla.models.flow_vla.tokenizer import tokenize
 from raytrain_vla.models.registry import get_family
+from raytrain_vla.train import comm
+from raytrain_vla.train.comm import reduce_scatter_by_all_reduce
 from raytrain_vla.train.fsdp import apply_fsdp
 from raytrain_vla.train.init_source import build_init_source
 from raytrain_vla.train.materialize import materialize_from_rank0, meta_model
@@ -99,10 +103,25 @@ def full_params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def dist_grads(rank: int, world: int) -> dict:
-    model, runner = make_runner(world, OptimizerConfig())
+    """Gradients with gloo's reduce-scatters carried as all-reduces (`train/comm.py`, counted),
+    and again with gloo's own reduce-scatter: the default run's digits need them bitwise equal."""
+    calls = []
+
+    def counted(*args):
+        calls.append(1)
+        return reduce_scatter_by_all_reduce(*args)
+
+    def gloos_own(output, flat_input, group, op):
+        dist.reduce_scatter_tensor(output, flat_input, op=op, group=group)
+
     per_rank = GLOBAL_BATCH // world
-    runner.accumulate(0, [split(global_batch(), rank * per_rank, per_rank)])
-    return full_grads(model)
+    grads = {}
+    for path, reduce_scatter in (("all_reduce", counted), ("gloo_reduce_scatter", gloos_own)):
+        with mock.patch.object(comm, "reduce_scatter_by_all_reduce", reduce_scatter):
+            model, runner = make_runner(world, OptimizerConfig())
+            runner.accumulate(0, [split(global_batch(), rank * per_rank, per_rank)])
+        grads[path] = full_grads(model)
+    return {**grads, "reduce_scatters_by_all_reduce": len(calls)}
 
 
 def dist_accumulated_update(rank: int, world: int) -> dict:
@@ -176,7 +195,11 @@ def reference_grads() -> dict[str, torch.Tensor]:
 
 
 def test_fsdp2_gradients_match_one_process(tmp_path, reference_grads):
-    sharded = run_distributed(dist_grads, tmp_path)
+    result = run_distributed(dist_grads, tmp_path)
+    assert result["reduce_scatters_by_all_reduce"] > 0
+    sharded = result["all_reduce"]
+    for name, grad in result["gloo_reduce_scatter"].items():
+        assert torch.equal(sharded[name], grad), f"{name}: not bitwise gloo's reduce-scatter"
     assert sharded.keys() == reference_grads.keys()
     for name, ref in reference_grads.items():
         torch.testing.assert_close(sharded[name], ref, rtol=1e-5, atol=1e-5, msg=name)

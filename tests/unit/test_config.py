@@ -133,6 +133,19 @@ def test_ray_train_console_level_reaches_the_trainer():
     assert level(parse_cli(["--logging.ray_train_log_level=INFO"])) == "INFO"
 
 
+def test_workers_get_huge_pages_unless_the_driver_environment_says_otherwise(monkeypatch):
+    from raytrain_vla.run import build_trainer
+    from raytrain_vla.train.launch import HUGE_PAGES_ENV
+
+    def worker_env(cfg):
+        return build_trainer(cfg).run_config.worker_runtime_env["env_vars"]
+
+    monkeypatch.delenv(HUGE_PAGES_ENV, raising=False)
+    assert worker_env(load_config()) == {HUGE_PAGES_ENV: "1"}
+    monkeypatch.setenv(HUGE_PAGES_ENV, "0")
+    assert worker_env(load_config()) == {HUGE_PAGES_ENV: "0"}
+
+
 def test_cli_exits_2_with_one_line():
     proc = subprocess.run(
         [sys.executable, "-m", "raytrain_vla.run", "--train.stepz=3"],
