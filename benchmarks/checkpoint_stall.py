@@ -47,6 +47,7 @@ from raytrain_vla.train.checkpoint import tensor_state
 from raytrain_vla.train.checkpoint_saver import CheckpointSaver
 from raytrain_vla.train.checkpoint_scratch import move_into
 from raytrain_vla.train.fsdp import apply_fsdp
+from raytrain_vla.train.launch import worker_env_vars
 from raytrain_vla.train.mesh import build_mesh
 from raytrain_vla.train.noise import flow_noise_and_time
 from raytrain_vla.train.optim import build_optimizer, build_scheduler, resolve_groups
@@ -193,6 +194,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         store, out = os.path.join(tmp, "store"), os.path.join(tmp, "out.json")
         args.dir = tmp
+        os.environ.update(worker_env_vars(os.environ))  # the ranks run as the trainer's workers
         mp.start_processes(
             _rank, args=(args.workers, store, args, out), nprocs=args.workers,
             start_method="spawn",

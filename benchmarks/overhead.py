@@ -42,6 +42,7 @@ from raytrain_vla.data.demo import ensure_dataset
 from raytrain_vla.models.registry import get_family
 from raytrain_vla.train.fsdp import apply_fsdp
 from raytrain_vla.train.inputs import ReadTransform
+from raytrain_vla.train.launch import worker_env_vars
 from raytrain_vla.train.noise import flow_noise_and_time
 from raytrain_vla.train.optim import build_optimizer, build_scheduler, resolve_groups
 from raytrain_vla.train.rank_exit import exit_rank
@@ -127,6 +128,7 @@ def _free_port() -> int:
 
 def plain(args: argparse.Namespace, run_dir: str, name: str) -> float:
     out = os.path.join(run_dir, f"{name}.json")
+    os.environ.update(worker_env_vars(os.environ))  # the environment the Ray workers get
     mp.spawn(
         _plain_worker,
         args=(2, _free_port(), _overrides(args, run_dir, name), args.warmup, out),

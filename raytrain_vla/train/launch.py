@@ -87,7 +87,7 @@ def _cluster_started_here() -> tuple[str | None, str | None]:
 # torch's CPU allocator backs buffers of 2 MB and more with transparent huge pages when this is
 # set in a process before its first allocation. FSDP2 allocates and frees its gather and
 # reduce-scatter buffers every step; on CPU each fresh 4 KB page then faults and is cleared,
-# which cost the real-size SmolVLA step about 15% (benchmarks/README.md, "Frozen weights").
+# which slowed the real-size FSDP2 step (benchmarks/README.md, "Frozen weights").
 # Memory only: the results are bitwise the same.
 HUGE_PAGES_ENV = "THP_MEM_ALLOC_ENABLE"
 
