@@ -8,31 +8,37 @@ layer, chunk 50, 512 x 512 images, `train_expert_only`), and reports:
 * the parameter count (LeRobot reports about 450M) and how many train;
 * one training step (loss, backward, clipped AdamW update) at global batch 2, timed in a plain
   single-process loop and with FSDP2 (the trainer's `apply_fsdp` + `StepRunner`) on 2 gloo
-  workers at 1 sample each, side by side, as a ratio; peak RSS of each process. The FSDP side
-  runs twice: frozen weights sharded and gathered every step (`train.frozen_params=shard`, the
-  old behaviour), and placed by `--frozen-params` (default `auto`, which replicates them here);
-  `fsdp_over_plain_step_time` is the latter's ratio. Each side also reports the bytes one step
-  all-gathers and reduce-scatters (`train/comm.py`, as in metrics.jsonl);
+  workers at 1 sample each, side by side, as a ratio; peak RSS of each process. On CPU the two
+  sides run `--rounds` times, interleaved (the order alternates so that drift in the machine's
+  speed cancels), each in a fresh process; a round's ratio is its FSDP2 step over its plain
+  step, and the reported ratio is the median over rounds, with every round's figures beside it.
+  The FSDP side's frozen weights are placed by `--frozen-params` (default `auto`, which
+  replicates them here); `fsdp_over_plain_step_time` is its ratio. Once more, after the rounds,
+  frozen weights sharded and gathered every step (`train.frozen_params=shard`, the old
+  behaviour). Each FSDP2 side also reports the bytes one step all-gathers and reduce-scatters
+  (`train/comm.py`, as in metrics.jsonl);
 * the floor under any data-parallel step on these CPUs: 2 independent processes of 1 thread,
   each training its own copy on 1 sample with no communication
   (`independent_processes_over_plain_step_time`), and FSDP2's cost above it
   (`fsdp_over_independent_step_time`).
 
-The spawned processes (FSDP2 ranks and the floor) get the environment the trainer gives its
-workers (`train/launch.worker_env_vars`: torch's allocator on transparent huge pages unless
-THP_MEM_ALLOC_ENABLE says otherwise); the plain process runs in the caller's environment, as a
-user's plain script would. `THP_MEM_ALLOC_ENABLE=1` (or `=0`) before the command puts every
-process on (or off) huge pages.
+The FSDP2 ranks and the floor's processes get the environment the trainer gives its workers
+(`train/launch.worker_env_vars`: torch's allocator on transparent huge pages unless
+THP_MEM_ALLOC_ENABLE says otherwise). The plain process gets the same environment, so that
+`fsdp_over_plain_step_time` compares like with like; where the caller's environment differs (no
+THP_MEM_ALLOC_ENABLE, as a user's plain script runs) a third side per round times the plain
+process in it too (`fsdp_over_caller_env_plain_step_time`).
 
 On a CUDA machine `--device cuda --precision bf16` times the same step on one GPU and adds
 samples/s and MFU (FLOPs counted by torch's FlopCounterMode).
 
-    python benchmarks/smolvla_real_size.py --steps 3
+    python benchmarks/smolvla_real_size.py --steps 3 --rounds 3
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -41,6 +47,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import torch
@@ -170,7 +177,7 @@ def run_steps(
     return times[1:]
 
 
-def plain(vlm_dir: str, steps: int, device: str, precision: str) -> dict:
+def plain(vlm_dir: str, steps: int, device: str, precision: str, count_flops: bool = True) -> dict:
     family, config = resolve(vlm_dir)
     torch.manual_seed(0)
     model = family.build(config).to(device)
@@ -183,15 +190,55 @@ def plain(vlm_dir: str, steps: int, device: str, precision: str) -> dict:
     dev = torch.device(device)
     with torch.autocast(dev.type, dtype=dtype, enabled=dtype is not None):
         times = run_steps(model, 2, steps, dev)
-        flops = training_flops_per_sample(model, batch(1, dev, 99))
+        flops = training_flops_per_sample(model, batch(1, dev, 99)) if count_flops else None
     step_s = statistics.median(times)
     out = {**counts, "plain_step_s": step_s, "plain_peak_rss_mb": peak_rss_mb()}
     out["samples_per_s"] = 2 / step_s
-    peak = peak_tflops(dev, precision)
-    if peak:
-        out["mfu"] = flops * out["samples_per_s"] / (peak * 1e12)
-    out["train_flops_per_sample"] = flops
+    out["torch_threads"] = torch.get_num_threads()
+    if flops is not None:
+        peak = peak_tflops(dev, precision)
+        if peak:
+            out["mfu"] = flops * out["samples_per_s"] / (peak * 1e12)
+        out["train_flops_per_sample"] = flops
     return out
+
+
+@contextlib.contextmanager
+def environment(values: Mapping[str, str | None]) -> Iterator[None]:
+    """`values` in os.environ (None: unset) while processes are spawned (they inherit it),
+    then restored."""
+
+    def apply(settings: Mapping[str, str | None]) -> None:
+        for key, value in settings.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+    saved = {key: os.environ.get(key) for key in values}
+    apply(values)
+    try:
+        yield
+    finally:
+        apply(saved)
+
+
+def _plain_process(_index: int, vlm_dir: str, steps: int, count_flops: bool, out: str) -> None:
+    Path(out).write_text(json.dumps(plain(vlm_dir, steps, "cpu", "fp32", count_flops)))
+
+
+def plain_in_fresh_process(
+    vlm_dir: str, steps: int, env: Mapping[str, str | None], count_flops: bool
+) -> dict:
+    """The plain loop in a fresh process with `env`: torch reads THP_MEM_ALLOC_ENABLE once, at
+    its first allocation, so each environment needs its own process."""
+    out = Path(vlm_dir) / "plain.json"
+    with environment(env):
+        mp.start_processes(
+            _plain_process, args=(vlm_dir, steps, count_flops, str(out)), nprocs=1,
+            start_method="spawn",
+        )  # fmt: skip
+    return json.loads(out.read_text())
 
 
 def _rank(
@@ -253,11 +300,11 @@ def independent(vlm_dir: str, steps: int, world: int = 2) -> dict:
     """The floor of any data-parallel step here: `world` processes of 1 thread, each training
     its own copy on its share of the batch with no communication at all."""
     out = Path(vlm_dir) / "independent"
-    os.environ.update(worker_env_vars(os.environ))  # inherited by the spawned processes
-    mp.start_processes(
-        _independent_rank, args=(vlm_dir, steps, 2 // world, str(out)), nprocs=world,
-        start_method="spawn",
-    )  # fmt: skip
+    with environment(worker_env_vars(os.environ)):
+        mp.start_processes(
+            _independent_rank, args=(vlm_dir, steps, 2 // world, str(out)), nprocs=world,
+            start_method="spawn",
+        )  # fmt: skip
     medians = [
         statistics.median(json.loads(out.with_suffix(f".{r}.json").read_text()))
         for r in range(world)
@@ -273,11 +320,11 @@ def fsdp(
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = Path(vlm_dir) / "fsdp.json"
-    os.environ.update(worker_env_vars(os.environ))  # as the trainer's workers get it
-    mp.start_processes(
-        _rank, args=(world, port, vlm_dir, steps, str(out), frozen_mode, reshard, dp_shard), nprocs=world,
-        start_method="spawn",
-    )  # fmt: skip
+    with environment(worker_env_vars(os.environ)):  # as the trainer's workers get it
+        mp.start_processes(
+            _rank, args=(world, port, vlm_dir, steps, str(out), frozen_mode, reshard, dp_shard), nprocs=world,
+            start_method="spawn",
+        )  # fmt: skip
     result = json.loads(out.read_text())
     return {
         "frozen_params": f"{frozen_mode} -> {result['placement']}",
@@ -287,10 +334,58 @@ def fsdp(
     }
 
 
+def interleaved_rounds(vlm_dir: str, args: argparse.Namespace, reshard: bool) -> dict:
+    """`args.rounds` rounds of the plain process (the workers' environment, and the caller's
+    where that differs) and FSDP2 with frozen weights placed by `args.frozen_params`, each in
+    fresh processes, the order alternating; each round's ratio against its own plain step."""
+    worker_env = worker_env_vars(os.environ)
+    caller_env = {HUGE_PAGES_ENV: os.environ.get(HUGE_PAGES_ENV)}  # None: unset
+    plains = {"plain": worker_env}
+    if caller_env != worker_env:
+        plains["plain_caller_env"] = caller_env
+    rounds, first_plain = [], None
+    for index in range(args.rounds):
+        sides = [*plains, "fsdp"]
+        row = {"order": sides if index % 2 == 0 else sides[::-1]}
+        for side in row["order"]:
+            if side == "fsdp":
+                row["fsdp"] = fsdp(vlm_dir, args.steps, args.frozen_params, reshard, args.dp_shard)
+            else:
+                timed = plain_in_fresh_process(
+                    vlm_dir, args.steps, plains[side], count_flops=first_plain is None
+                )
+                first_plain = first_plain or timed
+                row[side] = {
+                    "step_s": timed["plain_step_s"],
+                    "peak_rss_mb": timed["plain_peak_rss_mb"],
+                }
+        for side in plains:
+            row[f"fsdp_over_{side}"] = row["fsdp"]["step_s"] / row[side]["step_s"]
+        rounds.append(row)
+    out = {k: v for k, v in first_plain.items() if k not in ("plain_step_s", "samples_per_s")}
+    out["plain_step_s"] = statistics.median(r["plain"]["step_s"] for r in rounds)
+    out["plain_env"] = worker_env
+    out[f"fsdp_frozen_{args.frozen_params}_step_s"] = statistics.median(
+        r["fsdp"]["step_s"] for r in rounds
+    )
+    out["fsdp_over_plain_step_time"] = statistics.median(r["fsdp_over_plain"] for r in rounds)
+    out["fsdp_over_plain_step_time_per_round"] = [r["fsdp_over_plain"] for r in rounds]
+    if "plain_caller_env" in plains:
+        out["caller_env"] = caller_env
+        out["fsdp_over_caller_env_plain_step_time"] = statistics.median(
+            r["fsdp_over_plain_caller_env"] for r in rounds
+        )
+    out["rounds"] = rounds
+    return out
+
+
 def main() -> int:
-    plain_env = {HUGE_PAGES_ENV: os.environ.get(HUGE_PAGES_ENV, "unset")}
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=3, help="timed steps per side")
+    parser.add_argument(
+        "--rounds", type=int, default=3,
+        help="interleaved rounds of the plain and FSDP2 sides (CPU); the ratio is their median",
+    )  # fmt: skip
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     shipped = "true" if load_config().train.reshard_after_forward else "false"
@@ -308,6 +403,8 @@ def main() -> int:
         help="train.frozen_params of the FSDP side timed against the plain process",
     )  # fmt: skip
     args = parser.parse_args()
+    if args.rounds < 1 or args.steps < 1:
+        parser.error("--rounds and --steps must be at least 1")
     with tempfile.TemporaryDirectory() as vlm_dir:
         (Path(vlm_dir) / "config.json").write_text(json.dumps(SMOLVLM2_500M))
         with torch.device("meta"):
@@ -323,29 +420,27 @@ def main() -> int:
             role = skeleton.role_of(name)
             result["params_by_role"][role] = result["params_by_role"].get(role, 0) + param.numel()
         del skeleton
-        result.update(plain(vlm_dir, args.steps, args.device, args.precision))
-        if args.device == "cpu":
-            # Before (frozen weights sharded and gathered every step) and after (the default).
-            for mode in ("shard", args.frozen_params):
-                result[f"fsdp_frozen_{mode}"] = fsdp(
-                    vlm_dir, args.steps, mode, args.reshard_after_forward == "true", args.dp_shard
-                )
-            after = result[f"fsdp_frozen_{args.frozen_params}"]["step_s"]
-            before = result["fsdp_frozen_shard"]["step_s"]
-            result["fsdp_over_plain_step_time"] = after / result["plain_step_s"]
-            result["fsdp_sharded_frozen_over_plain_step_time"] = before / result["plain_step_s"]
+        if args.device != "cpu":
+            result.update(plain(vlm_dir, args.steps, args.device, args.precision))
+        else:
+            reshard = args.reshard_after_forward == "true"
+            result.update(interleaved_rounds(vlm_dir, args, reshard))
+            # The old behaviour (frozen weights sharded and gathered every step), once.
+            result["fsdp_frozen_shard"] = fsdp(vlm_dir, args.steps, "shard", reshard, args.dp_shard)
+            result["fsdp_sharded_frozen_over_plain_step_time"] = (
+                result["fsdp_frozen_shard"]["step_s"] / result["plain_step_s"]
+            )
             # What 2 processes cost on these CPUs before any communication or FSDP hook.
             result["independent_processes"] = independent(vlm_dir, args.steps)
             floor = result["independent_processes"]["step_s"]
+            after = result[f"fsdp_frozen_{args.frozen_params}_step_s"]
             result["independent_processes_over_plain_step_time"] = floor / result["plain_step_s"]
             result["fsdp_over_independent_step_time"] = after / floor
-    result["plain_process_env"] = plain_env
     result["spawned_process_env"] = worker_env_vars(os.environ)
     result["device"] = args.device
     result["reshard_after_forward"] = args.reshard_after_forward
     result["dp_shard"] = args.dp_shard
     result["precision"] = args.precision
-    result["torch_threads"] = torch.get_num_threads()
     print(json.dumps(result, indent=2))
     return 0
 
