@@ -111,12 +111,15 @@ def _rank(rank: int, world: int, store: str, args: argparse.Namespace, out: str)
     runner = StepRunner(model, optimizer, scheduler, groups, noise_fn, grad_clip=1.0)
     step = 0
 
-    def train_step(saver: CheckpointSaver | None = None) -> None:
+    def train_step(saver: CheckpointSaver | None = None) -> float:
+        """One step (and the saver's poll, as the trainer does); its seconds."""
         nonlocal step
+        start = time.perf_counter()
         runner.run(step, [batch(step, rank)])
         if saver is not None:
             saver.poll()
         step += 1
+        return time.perf_counter() - start
 
     for _ in range(2):  # warm-up: AdamW state exists from here on
         train_step()
@@ -153,20 +156,21 @@ def _rank(rank: int, world: int, store: str, args: argparse.Namespace, out: str)
                     lambda d=done: d.append(1),
                 )
             call_s = time.perf_counter() - start
-            steps = 0
-            while steps < args.steps or (kind == "save" and not done):
-                train_step(background)
-                steps += 1
-            windows[kind] = (time.perf_counter() - start, steps, call_s)
+            step_times = []
+            while len(step_times) < args.steps or (kind == "save" and not done):
+                step_times.append(train_step(background))
+            windows[kind] = (time.perf_counter() - start, step_times, call_s)
         base_s, base_steps, _ = windows["base"]
         save_s, save_steps, call_s = windows["save"]
-        step_s = base_s / base_steps
+        step_s = base_s / len(base_steps)
         rows.append(
             {
                 "step_s": step_s, "sync_save_s": sync_s, "async_call_s": call_s,
                 "handoff_copy_s": copy_s, "handoff_move_s": move_s,
-                "async_steps_in_flight": save_steps, "async_window_s": save_s,
-                "async_stall_s": save_s - step_s * save_steps,
+                "async_steps_in_flight": len(save_steps), "async_window_s": save_s,
+                "async_stall_s": save_s - step_s * len(save_steps),
+                # Where the stall falls: each step of both windows.
+                "async_window_step_s": save_steps, "base_window_step_s": base_steps,
             }
         )  # fmt: skip
     background.close()
