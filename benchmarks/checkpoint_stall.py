@@ -92,13 +92,12 @@ def handoff(directory: Path, storage: StorageContext, repeat: int) -> tuple[floa
     return copy_s, time.perf_counter() - start
 
 
-def _rank(rank: int, world: int, store: str, args: argparse.Namespace, out: str) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+def training(d_model: int, layers: int, world: int) -> tuple[torch.nn.Module, StepRunner]:
+    """The widened flow_vla under FSDP2 on the initialised process group, and its step runner
+    (1 thread, as each rank here)."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    family = get_family("flow_vla")
-    model = family.build(config(args.d_model, args.layers))
-    params = sum(p.numel() for p in model.parameters())
+    model = get_family("flow_vla").build(config(d_model, layers))
     opt_cfg = OptimizerConfig(lr=1e-4, groups=[])
     groups = resolve_groups(model, opt_cfg)
     apply_fsdp(model, build_mesh("cpu", world, 0), TrainConfig())
@@ -108,7 +107,14 @@ def _rank(rank: int, world: int, store: str, args: argparse.Namespace, out: str)
     def noise_fn(step, ids):
         return flow_noise_and_time(0, step, ids, model.noise_shape)
 
-    runner = StepRunner(model, optimizer, scheduler, groups, noise_fn, grad_clip=1.0)
+    return model, StepRunner(model, optimizer, scheduler, groups, noise_fn, grad_clip=1.0)
+
+
+def _rank(rank: int, world: int, store: str, args: argparse.Namespace, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    model, runner = training(args.d_model, args.layers, world)
+    optimizer = runner.optimizer
+    params = sum(p.numel() for p in model.parameters())
     step = 0
 
     def train_step(saver: CheckpointSaver | None = None) -> float:
