@@ -7,7 +7,9 @@ times `--steps` steps alone and beside a neighbour process at nice 19 that does 
 
 * `compute`: a pure-Python loop (CPU time, no memory traffic);
 * `crc32`: zlib's CRC32 over a 256 MB buffer, as the writer checksums what it writes;
-* `memcpy`: copies of a 256 MB buffer, as the writer copies staged bytes into the page cache.
+* `memcpy`: copies of a 256 MB buffer, as the writer copies staged bytes into the page cache;
+* `writer`: the checkpoint writer's own stream (`train.write_behind.WriteBehindStream`: CRC32,
+  write, flush and drop every 64 MB) writing a 256 MB buffer into a file, over and over.
 
 The neighbours run in alternating order for `--rounds` rounds; each ratio is the median step
 beside it over the median step alone. JSON.
@@ -34,22 +36,27 @@ from checkpoint_stall import batch, training
 from raytrain_vla.train.launch import worker_env_vars
 
 NEIGHBOUR = """
-import os, sys, time, zlib
+import os, sys, tempfile, time, zlib
 import numpy as np
+from raytrain_vla.train.write_behind import WriteBehindStream
 os.nice(19)  # as DCP's checkpoint process writes
 work, seconds = sys.argv[1], float(sys.argv[2])
-source = np.ones(256 << 20, dtype=np.uint8)
+source = np.random.default_rng(0).integers(0, 255, 256 << 20, dtype=np.uint8)
 target = np.empty_like(source)
 end = time.monotonic() + seconds
-while time.monotonic() < end:
-    if work == "memcpy":
-        np.copyto(target, source)
-    elif work == "crc32":
-        zlib.crc32(source)
-    else:
-        sum(range(100_000))
+with tempfile.TemporaryDirectory() as directory:
+    while time.monotonic() < end:
+        if work == "memcpy":
+            np.copyto(target, source)
+        elif work == "crc32":
+            zlib.crc32(source)
+        elif work == "writer":
+            with WriteBehindStream(open(os.path.join(directory, "shard"), "wb")) as stream:
+                stream.write(memoryview(source))
+        else:
+            sum(range(100_000))
 """
-NEIGHBOURS = ("compute", "crc32", "memcpy")
+NEIGHBOURS = ("compute", "crc32", "memcpy", "writer")
 
 
 def _rank(_index: int, store: str, args: argparse.Namespace, out: str) -> None:
