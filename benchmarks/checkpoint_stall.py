@@ -19,7 +19,13 @@ Each worker:
 `stall_ratio` = background stall / synchronous save time, the larger of the two workers' (the
 slower rank holds the others at the next collective). Repeats `--repeats` times, median. JSON.
 
+`--device cuda`: one GPU per worker, nccl, the model and AdamW state on the GPU, staging into
+pinned shared host memory (as the trainer does there); the step loop then leaves the host CPUs
+to the writer. Widen the model there (`--d-model 2048 --layers 16`) so that a synchronous save
+takes seconds.
+
     python benchmarks/checkpoint_stall.py
+    python benchmarks/checkpoint_stall.py --device cuda --workers 1 --d-model 2048 --layers 16
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ from raytrain_vla.train.optim import build_optimizer, build_scheduler, resolve_g
 from raytrain_vla.train.step import StepRunner
 
 MICRO = 4
+CPU = torch.device("cpu")
 
 
 def config(d_model: int, layers: int) -> FlowVLAConfig:
@@ -63,10 +70,10 @@ def config(d_model: int, layers: int) -> FlowVLAConfig:
     )  # fmt: skip
 
 
-def batch(step: int, rank: int) -> dict:
+def batch(step: int, rank: int, device: torch.device = CPU) -> dict:
     g = torch.Generator().manual_seed(step * 8 + rank)
     tokens, mask = tokenize(["reach the red disc"] * MICRO, 48)
-    return {
+    micro = {
         "sample_ids": torch.arange(MICRO) + (step * 8 + rank) * MICRO,
         "images": {"observation.image": torch.rand(MICRO, 3, 32, 32, generator=g)},
         "state": torch.randn(MICRO, 2, generator=g),
@@ -75,6 +82,13 @@ def batch(step: int, rank: int) -> dict:
         "actions": torch.randn(MICRO, 8, 2, generator=g),
         "action_is_pad": torch.zeros(MICRO, 8, dtype=torch.bool),
     }
+    if device.type == "cpu":
+        return micro
+    return {
+        key: {k: v.to(device) for k, v in value.items()} if isinstance(value, dict)
+        else value.to(device)
+        for key, value in micro.items()
+    }  # fmt: skip
 
 
 def handoff(directory: Path, storage: StorageContext, repeat: int) -> tuple[float, float]:
@@ -92,15 +106,17 @@ def handoff(directory: Path, storage: StorageContext, repeat: int) -> tuple[floa
     return copy_s, time.perf_counter() - start
 
 
-def training(d_model: int, layers: int, world: int) -> tuple[torch.nn.Module, StepRunner]:
+def training(
+    d_model: int, layers: int, world: int, device: torch.device = CPU
+) -> tuple[torch.nn.Module, StepRunner]:
     """The widened flow_vla under FSDP2 on the initialised process group, and its step runner
     (1 thread, as each rank here)."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = get_family("flow_vla").build(config(d_model, layers))
+    model = get_family("flow_vla").build(config(d_model, layers)).to(device)
     opt_cfg = OptimizerConfig(lr=1e-4, groups=[])
     groups = resolve_groups(model, opt_cfg)
-    apply_fsdp(model, build_mesh("cpu", world, 0), TrainConfig())
+    apply_fsdp(model, build_mesh(device.type, world, 0), TrainConfig())
     optimizer = build_optimizer(model, groups, opt_cfg)
     scheduler = build_scheduler(optimizer, 10**6, SchedulerConfig(type="constant", warmup_steps=0))
 
@@ -111,8 +127,12 @@ def training(d_model: int, layers: int, world: int) -> tuple[torch.nn.Module, St
 
 
 def _rank(rank: int, world: int, store: str, args: argparse.Namespace, out: str) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
-    model, runner = training(args.d_model, args.layers, world)
+    device = torch.device(f"cuda:{rank}" if args.device == "cuda" else "cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world)
+    model, runner = training(args.d_model, args.layers, world, device)
     optimizer = runner.optimizer
     params = sum(p.numel() for p in model.parameters())
     step = 0
@@ -121,9 +141,11 @@ def _rank(rank: int, world: int, store: str, args: argparse.Namespace, out: str)
         """One step (and the saver's poll, as the trainer does); its seconds."""
         nonlocal step
         start = time.perf_counter()
-        runner.run(step, [batch(step, rank)])
+        runner.run(step, [batch(step, rank, device)])
         if saver is not None:
             saver.poll()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         step += 1
         return time.perf_counter() - start
 
@@ -131,8 +153,8 @@ def _rank(rank: int, world: int, store: str, args: argparse.Namespace, out: str)
         train_step()
     root = Path(tempfile.mkdtemp(prefix="ckpt_stall-", dir=args.dir))
     storage = StorageContext(str(root / "storage"), "run")
-    sync = CheckpointSaver(background=False, device=torch.device("cpu"))
-    background = CheckpointSaver(background=True, device=torch.device("cpu"), optimizer=optimizer)
+    sync = CheckpointSaver(background=False, device=device)
+    background = CheckpointSaver(background=True, device=device, optimizer=optimizer)
     # As in a run, one saver serves every save: the first starts DCP's checkpoint process and
     # allocates the staging buffers, once per run, so it is left out of the timing.
     start = time.perf_counter()
@@ -199,8 +221,12 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=3, help="steps per window (at least)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--dir", default=None, help="where checkpoints are written (a temp dir)")
     args = parser.parse_args()
+    if args.device == "cuda" and torch.cuda.device_count() < args.workers:
+        parser.error(f"--device cuda needs a GPU per worker: {args.workers} workers, "
+                     f"{torch.cuda.device_count()} GPU(s)")  # fmt: skip
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         store, out = os.path.join(tmp, "store"), os.path.join(tmp, "out.json")
         args.dir = tmp
@@ -223,6 +249,7 @@ def main() -> int:
     sync = statistics.median(r["sync_save_s"] for r in per_repeat)
     stall = statistics.median(r["async_stall_s"] for r in per_repeat)
     report = {
+        "device": args.device,
         "workers": args.workers,
         "params": result["params"],
         "checkpoint_bytes": result["bytes"],

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU check (issue 7): nccl FSDP2 gradients, then base-model bf16 throughput, MFU, peak memory
-# and data-wait share through raytrain_vla on Ray against a plain torch loop. JSON to $OUT.
+# and data-wait share through raytrain_vla on Ray against a plain torch loop; then (issue 29)
+# the background checkpoint's stall ratio on the GPU. JSON to $OUT.
 #
 #   bash benchmarks/gpu_check.sh            # on one H200, under 8 minutes
 #   bash benchmarks/gpu_check.sh --dry-run  # on CPU: tiny model, a few steps (tests run this)
@@ -31,4 +32,11 @@ if [ "${1:-}" = "--stage" ]; then
   echo "staged: $("$PY" -c 'import av, draccus; print("av", av.__version__, "draccus ok")')"; exit 0
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-exec "$PY" benchmarks/gpu_check.py "$@"
+"$PY" benchmarks/gpu_check.py "$@"
+case " $* " in
+  *" --dry-run "*) ;;  # on CPU the stall is checkpoint_stall.py's own run (benchmarks/README)
+  *)  # issue 29: a background save's stall with the step loop on the GPU, the host CPUs idle;
+      # 240M parameters (2.9 GB with AdamW state; /dev/shm must hold it), so a save takes seconds
+    "$PY" benchmarks/checkpoint_stall.py --device cuda --workers 1 --d-model 1024 --layers 8 \
+      --repeats 3 | tee "${OUT:-.}/checkpoint_stall.json" ;;
+esac
