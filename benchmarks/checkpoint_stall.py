@@ -21,11 +21,12 @@ slower rank holds the others at the next collective). Repeats `--repeats` times,
 
 `--device cuda`: one GPU per worker, nccl, the model and AdamW state on the GPU, staging into
 pinned shared host memory (as the trainer does there); the step loop then leaves the host CPUs
-to the writer. Widen the model there (`--d-model 2048 --layers 16`) so that a synchronous save
-takes seconds.
+to the writer. Widen the model there (`--d-model 1024 --layers 8`: 240M parameters, 2.9 GB with
+AdamW state, which `/dev/shm` must hold) so that a synchronous save takes seconds; that is what
+`gpu_check.sh` runs.
 
     python benchmarks/checkpoint_stall.py
-    python benchmarks/checkpoint_stall.py --device cuda --workers 1 --d-model 2048 --layers 16
+    python benchmarks/checkpoint_stall.py --device cuda --workers 1 --d-model 1024 --layers 8
 """
 
 from __future__ import annotations
