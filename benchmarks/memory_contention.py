@@ -100,6 +100,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=3, help="steps per window")
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
+    if args.rounds < 1 or args.steps < 1:
+        parser.error("--rounds and --steps must be at least 1")
     with tempfile.TemporaryDirectory() as tmp:
         store, out = os.path.join(tmp, "store"), os.path.join(tmp, "out.json")
         os.environ.update(worker_env_vars(os.environ))  # the rank runs as the trainer's workers
