@@ -8,8 +8,11 @@ times `--steps` steps alone and beside a neighbour process at nice 19 that does 
 * `compute`: a pure-Python loop (CPU time, no memory traffic);
 * `crc32`: zlib's CRC32 over a 256 MB buffer, as the writer checksums what it writes;
 * `memcpy`: copies of a 256 MB buffer, as the writer copies staged bytes into the page cache;
-* `writer`: the checkpoint writer's own stream (`train.write_behind.WriteBehindStream`: CRC32,
-  write, flush and drop every 64 MB) writing a 256 MB buffer into a file, over and over.
+* `writer`: the checkpoint writer's own stream (`train.write_behind.WriteBehindStream`: write
+  and CRC32 in 256 KB pieces, flush and drop every 64 MB) writing a 256 MB buffer into a file,
+  over and over;
+* `writer_whole`: the same stream as it was before 2026-12-04, the CRC32 taken over the whole
+  256 MB after writing it (a second read of every byte from memory).
 
 The neighbours run in alternating order for `--rounds` rounds; each ratio is the median step
 beside it over the median step alone. JSON.
@@ -38,7 +41,7 @@ from raytrain_vla.train.launch import worker_env_vars
 NEIGHBOUR = """
 import os, sys, tempfile, time, zlib
 import numpy as np
-from raytrain_vla.train.write_behind import WriteBehindStream
+from raytrain_vla.train.write_behind import PIECE_BYTES, WriteBehindStream
 os.nice(19)  # as DCP's checkpoint process writes
 work, seconds = sys.argv[1], float(sys.argv[2])
 source = np.random.default_rng(0).integers(0, 255, 256 << 20, dtype=np.uint8)
@@ -50,13 +53,15 @@ with tempfile.TemporaryDirectory() as directory:
             np.copyto(target, source)
         elif work == "crc32":
             zlib.crc32(source)
-        elif work == "writer":
-            with WriteBehindStream(open(os.path.join(directory, "shard"), "wb")) as stream:
+        elif work.startswith("writer"):
+            piece = source.nbytes if work == "writer_whole" else PIECE_BYTES
+            with WriteBehindStream(open(os.path.join(directory, "shard"), "wb"),
+                                   piece_bytes=piece) as stream:
                 stream.write(memoryview(source))
         else:
             sum(range(100_000))
 """
-NEIGHBOURS = ("compute", "crc32", "memcpy", "writer")
+NEIGHBOURS = ("compute", "crc32", "memcpy", "writer", "writer_whole")
 
 
 def _rank(_index: int, store: str, args: argparse.Namespace, out: str) -> None:

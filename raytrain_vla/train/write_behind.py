@@ -14,6 +14,12 @@ The manifest needs every file's CRC32. Reading a just-written checkpoint back fo
 allocate the page cache the writes avoided (and cost a second pass), so the stream computes it
 from the bytes it writes and records it, with the file's size and mtime, in an extended attribute
 of the file (`recorded_digest`). Only the manifest's writer trusts it; verification reads.
+
+A large write (torch.save hands over a whole tensor's bytes at once) goes out in `piece_bytes`
+pieces, each checksummed right after the kernel copied it into the page cache, while it is still
+in the CPU's cache: the CRC32 then reads no memory the copy had not just read. Checksumming a
+whole tensor after writing it read every staged byte from memory twice, traffic the step loop on
+the other CPU competes with (benchmarks/README.md, "Checkpoint stall").
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.filesystem import FileSystem
 
 CHUNK_BYTES = 64 << 20
+PIECE_BYTES = 256 << 10  # half of a core's L2 cache on common x86 parts
 _DROPS = hasattr(os, "posix_fadvise")  # Linux and most Unixes; elsewhere a plain write
 _DIGEST_XATTR = "user.raytrain_vla.digest"
 
@@ -57,10 +64,16 @@ def recorded_digest(path: Path) -> dict[str, int] | None:
 class WriteBehindStream(io.RawIOBase):
     """A binary file opened for writing whose written pages leave the page cache behind it."""
 
-    def __init__(self, file: io.BufferedWriter, chunk_bytes: int = CHUNK_BYTES) -> None:
+    def __init__(
+        self,
+        file: io.BufferedWriter,
+        chunk_bytes: int = CHUNK_BYTES,
+        piece_bytes: int = PIECE_BYTES,
+    ) -> None:
         super().__init__()
         self.file = file
         self.chunk_bytes = chunk_bytes
+        self.piece_bytes = piece_bytes
         self.dropped_to = 0  # pages before this offset are on disk and out of the cache
         self.crc32 = 0
         self.size = 0
@@ -69,12 +82,15 @@ class WriteBehindStream(io.RawIOBase):
         return True
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
-        written = self.file.write(data)  # buffered and blocking: all of it, or it raises
-        self.crc32 = zlib.crc32(data, self.crc32)
-        self.size += memoryview(data).nbytes
-        if self.file.tell() - self.dropped_to >= self.chunk_bytes:
-            self._drop()
-        return written
+        view = memoryview(data).cast("B")
+        for start in range(0, view.nbytes, self.piece_bytes):
+            piece = view[start : start + self.piece_bytes]
+            self.file.write(piece)  # buffered and blocking: all of it, or it raises
+            self.crc32 = zlib.crc32(piece, self.crc32)
+            self.size += piece.nbytes
+            if self.file.tell() - self.dropped_to >= self.chunk_bytes:
+                self._drop()
+        return view.nbytes
 
     def tell(self) -> int:
         return self.file.tell()

@@ -75,3 +75,21 @@ def test_the_stream_drops_behind_it_and_cannot_seek(tmp_path):
             stream.seek(0)
     assert recorded_digest(tmp_path / "f") == file_digest(tmp_path / "f")
     assert file_digest(tmp_path / "f")["size"] == 3500
+
+
+def test_one_large_write_goes_out_in_pieces_and_drops_inside_it(tmp_path):
+    """A whole tensor's bytes in one write: checksummed piece by piece (the same CRC32 as the
+    file's) and dropped every chunk, not only once the write returns."""
+    data = bytes(range(256)) * 14  # 3584 bytes
+    checksummed: list[int] = []
+
+    class Recording(WriteBehindStream):
+        def _drop(self) -> None:
+            checksummed.append(self.size)  # bytes checksummed when the drop came
+            super()._drop()
+
+    with Recording((tmp_path / "f").open("wb"), chunk_bytes=1000, piece_bytes=300) as stream:
+        assert stream.write(memoryview(data)) == len(data)
+    assert checksummed == [1200, 2400, 3584, 3584]  # 3 inside the one write, 1 at close
+    assert (tmp_path / "f").read_bytes() == data
+    assert recorded_digest(tmp_path / "f") == file_digest(tmp_path / "f")
