@@ -225,6 +225,8 @@ def main() -> int:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--dir", default=None, help="where checkpoints are written (a temp dir)")
     args = parser.parse_args()
+    if min(args.steps, args.repeats, args.workers) < 1:
+        parser.error("--steps, --repeats and --workers must be at least 1")
     if args.device == "cuda" and torch.cuda.device_count() < args.workers:
         parser.error(f"--device cuda needs a GPU per worker: {args.workers} workers, "
                      f"{torch.cuda.device_count()} GPU(s)")  # fmt: skip

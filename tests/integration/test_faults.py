@@ -163,6 +163,5 @@ def test_changed_recipe_is_refused_before_anything_is_written(reference, demo_ro
     assert {p: p.stat().st_mtime_ns for p in reference.rglob("*")} == before
     fresh = [p for p in storage.iterdir() if p.name.startswith("reference-")]
     assert len(fresh) == 1 and (fresh[0] / "export" / "model.safetensors").exists()
-    # A changed worker count is not a recipe change: the run resumes at the next step.
-    assert run.main(_args(demo_root, storage, "reference", STEPS + 1, "--ray.num_workers=1")) == 0
-    assert max(losses(reference)) == STEPS + 1
+    # That a changed worker count is not a recipe change (the run resumes) is shown by the
+    # object-storage run's last invocation, which resumes a two-worker run on one worker.
