@@ -170,7 +170,10 @@ def consolidate(
     try:
         with warnings.catch_warnings():  # one process reading every shard is the intent
             warnings.filterwarnings("ignore", "torch.distributed is .*uninitialized")
-            dcp.load({"model": {k: state[k] for k in stored}}, checkpoint_id=str(checkpoint))
+            dcp.load(  # in the model's key order: a damaged shard fails alike in every process
+                {"model": {k: v for k, v in state.items() if k in stored}},
+                checkpoint_id=str(checkpoint),
+            )
     except CheckpointException as err:  # a BaseException: it would escape the CLI's one line
         cause = next(iter(err.failures.values()))[0]
         why = f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__

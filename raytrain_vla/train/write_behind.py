@@ -8,7 +8,8 @@ dataset's cached files. Here each file is flushed to disk (`fdatasync`) and its 
 (`POSIX_FADV_DONTNEED`) every `chunk_bytes`, so a save of any size recycles a few chunks of page
 cache. On this 2-CPU VM, with the changes below, it took the training time a background save
 costs from 0.575 to 0.178 of a synchronous save with a CPU idle, and from 0.944 to 0.624 with
-both training (benchmarks/README.md, "Checkpoint stall"). The files are DCP's, loaded as before.
+both training; checksumming in pieces then took the first to a median of 0.126
+(benchmarks/README.md, "Checkpoint stall"). The files are DCP's, loaded as before.
 
 The manifest needs every file's CRC32. Reading a just-written checkpoint back for it would
 allocate the page cache the writes avoided (and cost a second pass), so the stream computes it
