@@ -17,7 +17,7 @@ times `--steps` steps alone and beside a neighbour process at nice 19 that does 
 The neighbours run in alternating order for `--rounds` rounds; each ratio is the median step
 beside it over the median step alone. JSON.
 
-    python benchmarks/memory_contention.py    # 2 min
+    python benchmarks/memory_contention.py    # 2 rounds, about 3 min (5 neighbours)
 """
 
 from __future__ import annotations
