@@ -3,7 +3,8 @@
 #   1. demos: the scripted experts, 25 successful episodes per task at 64x64 (~13 min);
 #   2. flow_vla (tiny, ~3M parameters, fresh init) on 2 CPU workers: 6000 steps x 64 samples,
 #      constant LR, full shuffle (~22 min);
-#   3. `eval --env metaworld` of its export: 10 episodes per task, LeRobot's 400-step limit,
+#   3. `eval --env metaworld` of its export: 10 episodes per task, LeRobot's protocol (500 steps,
+#      seeds 1000 + k),
 #      next to random actions and the scripted expert (~15-25 min, most of it rendering);
 #   4. SmolVLA at the fixture's tiny SmolVLM config with the recipe that works for it on the
 #      demo task (constant LR, full shuffle, 32x32 inputs; benchmarks/smolvla_learning_check.sh),
@@ -24,7 +25,7 @@ COMMON=(
   --train.save_interval=1000 --train.log_interval=50 --scheduler.type=constant
   --data.shuffle_window=1000000 --logging.wandb_mode=disabled --eval.episodes=0
 )
-EVAL=(--env metaworld --tasks mt10 --episodes 10 --max-steps 400 --seed 1000 --workers 2)
+EVAL=(--env metaworld --tasks mt10 --episodes 10 --seed 1000 --workers 2)
 
 [ -f "$OUT/data/meta/info.json" ] ||
   $PY -m raytrain_vla.data_cli metaworld "$OUT/data" --tasks mt10 --episodes-per-task 25 \

@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     metaworld.add_argument("--episodes-per-task", type=_positive, default=50)
     metaworld.add_argument("--image-size", type=_positive, default=128)
     metaworld.add_argument("--seed", type=int, default=0)
-    metaworld.add_argument("--max-steps", type=_positive, default=400)
+    metaworld.add_argument("--max-steps", type=_positive, default=500)
     metaworld.set_defaults(func=_metaworld)
     stats = sub.add_parser("stats", help="compute meta/stats.json with Ray Data")
     stats.add_argument("root", help="LeRobot dataset root")

@@ -25,7 +25,7 @@ from raytrain_vla.common.location import is_uri
 
 # What the Meta-World flags mean when not given (they are refused with --env demo).
 METAWORLD_DEFAULTS = {
-    "tasks": "mt10", "max_steps": 400, "workers": 2, "record": 1, "out": None,
+    "tasks": "mt10", "max_steps": 500, "workers": 2, "record": 1, "out": None,
     "no_baselines": False,
 }  # fmt: skip
 
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--embodiment", default=None, help="demo: a mixture policy's robot")
     mw = parser.add_argument_group("metaworld (refused with --env demo)")
     mw.add_argument("--tasks", help="mt10 (default), mt50, a group, or task names")
-    mw.add_argument("--max-steps", type=int, help="LeRobot's episode length (default 400)")
+    mw.add_argument("--max-steps", type=int, help="LeRobot's step limit (default 500)")
     mw.add_argument("--workers", type=int, help="Ray actors running episodes (default 2)")
     mw.add_argument("--record", type=int, help="mp4s of the first N episodes a task (1; --out)")
     mw.add_argument("--out", help="scores.json and rollouts/*.mp4 (new or empty)")

@@ -91,7 +91,24 @@ MT10: tuple[str, ...] = (
     "button-press-topdown-v3", "peg-insert-side-v3", "window-open-v3", "window-close-v3",
 )  # fmt: skip
 MT50: tuple[str, ...] = tuple(DESCRIPTIONS)
-TASK_INDEX: dict[str, int] = {name: i for i, name in enumerate(MT50)}  # LeRobot's TASK_NAME_TO_ID
+# LeRobot's TASK_NAME_TO_ID (`envs/metaworld_config.json`): the `task_id` of `lerobot/metaworld_mt50`
+# and of `data metaworld --layout lerobot`. Not MT50's order above (window-open is 48, -close 49).
+TASK_INDEX: dict[str, int] = {
+    "assembly-v3": 0, "basketball-v3": 1, "bin-picking-v3": 2, "box-close-v3": 3,
+    "button-press-topdown-v3": 4, "button-press-topdown-wall-v3": 5, "button-press-v3": 6,
+    "button-press-wall-v3": 7, "coffee-button-v3": 8, "coffee-pull-v3": 9, "coffee-push-v3": 10,
+    "dial-turn-v3": 11, "disassemble-v3": 12, "door-close-v3": 13, "door-lock-v3": 14,
+    "door-open-v3": 15, "door-unlock-v3": 16, "drawer-close-v3": 17, "drawer-open-v3": 18,
+    "faucet-close-v3": 19, "faucet-open-v3": 20, "hammer-v3": 21, "hand-insert-v3": 22,
+    "handle-press-side-v3": 23, "handle-press-v3": 24, "handle-pull-side-v3": 25,
+    "handle-pull-v3": 26, "lever-pull-v3": 27, "peg-insert-side-v3": 28, "peg-unplug-side-v3": 29,
+    "pick-out-of-hole-v3": 30, "pick-place-v3": 31, "pick-place-wall-v3": 32,
+    "plate-slide-back-side-v3": 33, "plate-slide-back-v3": 34, "plate-slide-side-v3": 35,
+    "plate-slide-v3": 36, "push-back-v3": 37, "push-v3": 38, "push-wall-v3": 39, "reach-v3": 40,
+    "reach-wall-v3": 41, "shelf-place-v3": 42, "soccer-v3": 43, "stick-pull-v3": 44,
+    "stick-push-v3": 45, "sweep-into-v3": 46, "sweep-v3": 47, "window-open-v3": 48,
+    "window-close-v3": 49,
+}  # fmt: skip
 _BY_DESCRIPTION = {text: name for name, text in DESCRIPTIONS.items()}
 
 

@@ -270,7 +270,7 @@ class EvalConfig:
     # metaworld: the tasks scored (mt10, mt50, easy|medium|hard|very_hard, or task names,
     # comma-separated); empty: the dataset's own tasks.
     tasks: str = ""
-    max_steps: int = 400  # metaworld: an episode not done by then fails (LeRobot's length)
+    max_steps: int = 500  # metaworld: an episode not done by then fails (LeRobot's limit)
     # metaworld: Ray actors running episodes. They ask for no CPUs: the training workers hold
     # theirs and wait while rank 0 scores.
     workers: int = 2

@@ -1,7 +1,8 @@
 """Write Meta-World's scripted experts as a LeRobot v3.0 dataset (`raytrain-vla data metaworld`).
 
 Each task's episodes are rolled out by one Ray task (one MuJoCo env per process). Episode k of a
-task tries reset seeds `episode_seed(seed, task, attempt)` for attempts 0, 1, ... and keeps only
+task tries reset seeds `seed + attempt` for attempts 0, 1, ... (`lerobot-eval`'s scheme: keep the
+range of a dataset's seeds apart from the evaluation's, default 1000 on) and keeps only
 episodes the expert finishes successfully, so the same command writes the same dataset. The
 expert's success rate per task is returned and written to `meta/metaworld.json`.
 """
@@ -49,7 +50,7 @@ def roll_out_task(
     kept, seeds, attempt = [], [], 0
     try:
         while len(kept) < episodes and attempt < max_attempts:
-            reset_seed = mw.episode_seed(seed, task, attempt)
+            reset_seed = mw.reset_seed(seed, attempt)
             attempt += 1
             step = env.reset(reset_seed)
             images, states, actions = [], [], []
@@ -57,7 +58,7 @@ def roll_out_task(
                 action = env.expert_action()
                 images.append(step.image)
                 states.append(step.state)
-                actions.append(action)
+                actions.append(np.clip(action, -1.0, 1.0))  # what the env executes
                 step = env.step(action)
             if step.success:
                 kept.append(

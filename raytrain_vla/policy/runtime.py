@@ -99,6 +99,7 @@ class Policy(ModelHubMixin):
         # Actions of each predicted chunk executed before predicting again (0: the whole chunk).
         self.n_action_steps = n_action_steps or meta.data_spec.chunk_size
         self._queue: list[torch.Tensor] = []
+        self._batched = False  # the queued chunk's observation was batched
 
     @property
     def camera_keys(self) -> list[str]:
@@ -127,14 +128,21 @@ class Policy(ModelHubMixin):
     ) -> np.ndarray | torch.Tensor:
         """One action per observation, replanning every `n_action_steps` like LeRobot's
         policies: (action_dim,) numpy for an unbatched observation, (B, action_dim) otherwise.
-        `embodiment`: which dataset's robot, for a policy trained on a mixture."""
-        emb = self.meta.embodiment(embodiment)
-        cols, batched = self._columns(observation, emb)
+        `embodiment`: which dataset's robot, for a policy trained on a mixture. Between replans the
+        observation is not read (as in LeRobot), so it may lack its frames."""
         if not self._queue:
+            emb = self.meta.embodiment(embodiment)
+            cols, self._batched = self._columns(observation, emb)
             chunk = self._predict(cols, None, emb)
             self._queue.extend(chunk.transpose(0, 1)[: self.n_action_steps])
         action = self._queue.pop(0)
-        return action if batched else action[0].cpu().numpy()
+        return action if self._batched else action[0].cpu().numpy()
+
+    @property
+    def needs_observation(self) -> bool:
+        """Whether the next `select_action` reads its observation (it replans); between
+        replans it only pops the queued chunk, so a simulator may skip rendering that frame."""
+        return not self._queue
 
     @torch.no_grad()
     def predict_action_chunk(
@@ -299,6 +307,10 @@ class RobotPolicy:
 
     def select_action(self, observation: dict) -> np.ndarray | torch.Tensor:
         return self.policy.select_action(observation, embodiment=self.name)
+
+    @property
+    def needs_observation(self) -> bool:
+        return self.policy.needs_observation
 
     def predict_action_chunk(
         self, observation: dict, noise: torch.Tensor | None = None

@@ -1,16 +1,23 @@
-"""One Meta-World task as LeRobot's Meta-World env presents it, and its scripted expert.
+"""One Meta-World task as LeRobot 0.6.1's Meta-World env presents it, and its scripted expert.
 
-LeRobot's conventions (`lerobot/envs/metaworld.py`), so that data written and scored here match
-`lerobot/metaworld_mt50` and `lerobot-eval --env.type=metaworld`:
+LeRobot's conventions (`lerobot/envs/metaworld.py`, `lerobot_eval.py`), so that data written
+and scored here match `lerobot/metaworld_mt50` and `lerobot-eval --env.type=metaworld`:
 - the task comes from `MT1(task, seed=42)`'s first train task, and `reset(seed)` draws object and
-  goal positions from the seed (`seeded_rand_vec`);
-- one camera, `corner2` moved to (0.75, 0.075, 0.7), its image flipped on both axes;
+  goal positions from the seed (`seeded_rand_vec`); `lerobot-eval` resets episode k of every
+  task with `seed + k` (`reset_seed`);
+- one camera, `corner2` moved to (0.75, 0.075, 0.7), its image flipped on both axes, rendered
+  with the model's own lighting and 4096 px shadow map (LeRobot renders 480 x 480; at that size
+  the frames here are LeRobot's, byte for byte);
 - `observation.state` is the first 4 entries of Meta-World's observation (hand xyz, gripper);
-- actions are 4-D in [-1, 1] (end-effector delta, gripper); an episode ends at success.
+- actions are 4-D and reach Meta-World as given (it clips xyz to [-1, 1], MuJoCo the gripper);
+- an episode ends at success or after 500 steps: LeRobot's env sets `_max_episode_steps = 500`
+  (Meta-World's `max_path_length`), which `lerobot-eval` runs to; its config's
+  `episode_length=400` never reaches the env.
 
-Rendering is the cost (physics is ~0.5 ms a step). The shadow map is 1024 px instead of
-MuJoCo's 4096: a 128 px frame cannot show the difference, and it halves the render time on
-CPU (Mesa's llvmpipe).
+Rendering is the cost (physics is ~0.5 ms a step, a frame 40-90 ms on CPU). It is paid only for
+frames somebody looks at: a controller that does not look (random, expert) renders nothing, and
+a policy renders only the steps at which it replans (`metaworld_eval`), which changes nothing it
+sees.
 """
 
 from __future__ import annotations
@@ -21,20 +28,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from raytrain_vla.common.metaworld_tasks import DESCRIPTIONS
+from raytrain_vla.common.metaworld_tasks import DESCRIPTIONS, MAX_PATH_LENGTH
 
 os.environ.setdefault("MUJOCO_GL", "egl")  # headless; must precede the first mujoco import
 
 IMAGE_KEY = "observation.image"  # LeRobot's key for Meta-World's one camera
 STATE_KEY = "observation.state"
 FPS = 80  # LeRobot's MetaworldEnv config
-MAX_STEPS = 400  # LeRobot's MetaworldEnv `episode_length`
+MAX_STEPS = MAX_PATH_LENGTH  # LeRobot's MetaworldEnv `_max_episode_steps`, what lerobot-eval runs
+LEROBOT_IMAGE_SIZE = 480  # LeRobot's MetaworldEnv frame (Meta-World's default render size)
 STATE_NAMES = ["hand_x", "hand_y", "hand_z", "gripper"]
 ACTION_NAMES = ["dx", "dy", "dz", "gripper"]
 ROBOT_TYPE = "sawyer"
 CAMERA = "corner2"
 CAMERA_POS = (0.75, 0.075, 0.7)
-SHADOW_MAP = 1024
 MISSING = "Meta-World is not installed: pip install 'raytrain_vla[metaworld]'"
 
 
@@ -74,7 +81,6 @@ class MetaWorldTask:
             env = benchmark.train_classes[task]()
             env.set_task(benchmark.train_tasks[0])
         env.model.cam_pos[env.model.camera(CAMERA).id] = CAMERA_POS
-        env.model.vis.quality.shadowsize = SHADOW_MAP
         env.reset()
         env._freeze_rand_vec = False  # as LeRobot: positions drawn anew at each reset ...
         env.seeded_rand_vec = True  # ... from the seed given to reset
@@ -107,7 +113,8 @@ class MetaWorldTask:
         return self._step(False)
 
     def step(self, action: np.ndarray) -> Step:
-        action = np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0)
+        """One env step with the action as given, as LeRobot's env steps it (a float32 action
+        stays float32: Meta-World's arithmetic, and so the next state, follows its dtype)."""
         self._raw, _reward, _terminated, truncated, info = self.env.step(action)
         self.t += 1
         step = self._step(bool(info.get("success", 0)))
@@ -115,11 +122,12 @@ class MetaWorldTask:
         return step
 
     def expert_action(self) -> np.ndarray:
-        """The scripted expert's action for the current state, clipped as the env clips it."""
+        """The scripted expert's action for the current state, unclipped as LeRobot's
+        `metaworld_mt50` stores it (the env clips what it executes)."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "Constant(s) may be too high": the env clips
             action = self.expert.get_action(self._raw)
-        return np.clip(action, -1.0, 1.0).astype(np.float32)
+        return np.asarray(action, dtype=np.float32)
 
     def close(self) -> None:
         if self.renderer is not None:
@@ -128,9 +136,6 @@ class MetaWorldTask:
         self.env.close()
 
 
-def episode_seed(seed: int, task: str, episode: int) -> int:
-    """The reset seed of one episode: the same for the same (seed, task, episode) anywhere."""
-    from raytrain_vla.common.metaworld_tasks import TASK_INDEX
-
-    state = np.random.SeedSequence([seed, TASK_INDEX[task], episode]).generate_state(1)
-    return int(state[0] & 0x7FFFFFFF)
+def reset_seed(seed: int, episode: int) -> int:
+    """The reset seed of episode `episode` of any task: `lerobot-eval`'s `seed + k`."""
+    return seed + episode

@@ -1,12 +1,14 @@
 """Closed-loop success on Meta-World tasks: a policy, random actions and the scripted expert,
 episodes spread over Ray actors (one MuJoCo env per task in each actor).
 
-Episode k of a task resets with `episode_seed(seed, task, k)` for every controller, and the
-policy restarts its noise stream at every episode, so a result depends on the policy and the
-seed alone, not on how many actors ran it or in which order. Success is Meta-World's own
-`info["success"]` within `max_steps` steps (LeRobot's `episode_length`, 400). Rates are means
-over a task's episodes; a group's and the overall rate are means over tasks, as published
-MT50 tables average them.
+The protocol is `lerobot-eval`'s: episode k of every task resets with `seed + k` for every
+controller, and success is Meta-World's own `info["success"]` within `max_steps` steps (500,
+LeRobot's `_max_episode_steps`). The policy restarts its noise stream at every episode, so a
+result depends on the policy and the seed alone, not on how many actors ran it or in which
+order. A policy's frame is rendered only at the steps where it replans (`needs_observation`):
+the others' frames are never read, by LeRobot's policies either. Rates are means over a task's
+episodes; a group's and the overall rate are means over tasks, as published MT50 tables
+average them.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class Episode:
     controller: str
     task: str
     episode: int
+    reset_seed: int
     success: bool
     steps: int
     frames: np.ndarray | None = field(default=None, repr=False)
@@ -82,17 +85,20 @@ class EpisodeRunner:
 
     def run(self, controller: str, task: str, episode: int, seed: int, record: bool) -> Episode:
         env = self._env(task)
-        env.rendering = controller == "policy" or record
-        reset_seed = mw.episode_seed(seed, task, episode)
+        looks = controller == "policy"
+        env.rendering = looks or record
+        reset_seed = mw.reset_seed(seed, episode)
         step = env.reset(reset_seed)
         act = self._controller(controller, env, reset_seed)
         frames = [step.image] if record else None
         while not step.done:
-            step = env.step(act(step))
+            action = act(step)
+            env.rendering = record or (looks and self.policy.needs_observation)
+            step = env.step(action)
             if frames is not None:
                 frames.append(step.image)
         return Episode(
-            controller, task, episode, step.success, env.t,
+            controller, task, episode, reset_seed, step.success, env.t,
             np.stack(frames) if frames is not None else None,
         )  # fmt: skip
 
@@ -110,7 +116,7 @@ class EpisodeRunner:
 
         def act(step: mw.Step) -> np.ndarray:
             obs = {camera: step.image, mw.STATE_KEY: step.state, "task": env.instruction}
-            return np.asarray(policy.select_action(obs), dtype=np.float32)
+            return np.asarray(policy.select_action(obs), dtype=np.float32)  # as LeRobot's
 
         return act
 

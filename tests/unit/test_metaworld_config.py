@@ -13,6 +13,7 @@ from raytrain_vla.common.metaworld_tasks import (
     GROUPS,
     MT10,
     MT50,
+    TASK_INDEX,
     eval_tasks,
     resolve_tasks,
 )
@@ -34,6 +35,15 @@ def test_tables_cover_mt50_once_with_groups_and_mt10_inside():
     assert [len(GROUPS[g]) for g in ("easy", "medium", "hard", "very_hard")] == [28, 11, 6, 5]
     assert set(MT10) <= set(MT50) and len(MT10) == 10
     assert DESCRIPTIONS["pick-place-v3"] == "Pick and place a puck to a goal"
+
+
+def test_task_ids_are_lerobots_task_name_to_id():
+    """`task_id` as LeRobot's `metaworld_config.json` numbers the tasks (not MT50's order)."""
+    assert sorted(TASK_INDEX) == sorted(MT50) and sorted(TASK_INDEX.values()) == list(range(50))
+    assert [TASK_INDEX[t] for t in ("assembly-v3", "button-press-v3", "push-v3", "reach-v3")] == [
+        0, 6, 38, 40,
+    ]  # fmt: skip
+    assert (TASK_INDEX["window-open-v3"], TASK_INDEX["window-close-v3"]) == (48, 49)
 
 
 def test_task_specs_resolve_in_order_once_and_name_what_is_unknown():
