@@ -36,7 +36,13 @@ def _metaworld(args: argparse.Namespace) -> None:
 
     start = time.perf_counter()
     root, report = write_metaworld_dataset(
-        args.out, args.tasks, args.episodes_per_task, args.image_size, args.seed, args.max_steps
+        args.out,
+        args.tasks,
+        args.episodes_per_task,
+        args.image_size,
+        args.seed,
+        args.max_steps,
+        args.layout,
     )
     for task, r in report.items():
         print(
@@ -141,7 +147,19 @@ def main(argv: list[str] | None = None) -> int:
         "--tasks", default="mt10", help="mt10, mt50, easy|medium|hard|very_hard, or task names"
     )
     metaworld.add_argument("--episodes-per-task", type=_positive, default=50)
-    metaworld.add_argument("--image-size", type=_positive, default=128)
+    metaworld.add_argument(
+        "--image-size",
+        type=_positive,
+        default=None,
+        help="frame size in px (default 128; 480 with --layout lerobot)",
+    )
+    metaworld.add_argument(
+        "--layout",
+        choices=["ours", "lerobot"],
+        default="ours",
+        help="ours: one mp4 camera, clipped actions; lerobot: lerobot/metaworld_mt50's layout "
+        "(PNG frames, environment state, reward, success, task_id, unclipped actions)",
+    )
     metaworld.add_argument("--seed", type=int, default=0)
     metaworld.add_argument("--max-steps", type=_positive, default=500)
     metaworld.set_defaults(func=_metaworld)

@@ -59,6 +59,7 @@ class Step:
     state: np.ndarray  # (4,) float32
     success: bool
     done: bool  # success, or the step limit reached
+    reward: float = 0.0  # Meta-World's reward for the step that led here (0 at reset)
 
 
 class MetaWorldTask:
@@ -101,10 +102,16 @@ class MetaWorldTask:
         self.renderer.update_scene(self.env.data, camera=CAMERA)
         return np.ascontiguousarray(np.flip(self.renderer.render(), (0, 1)))  # corner2 is flipped
 
-    def _step(self, success: bool) -> Step:
+    @property
+    def environment_state(self) -> np.ndarray:
+        """Meta-World's whole 39-D observation (hand, gripper, objects, goal), as float32:
+        LeRobot's `observation.environment_state`."""
+        return self._raw.astype(np.float32)
+
+    def _step(self, success: bool, reward: float = 0.0) -> Step:
         state = self._raw[:4].astype(np.float32)
         done = success or self.t >= self.max_steps
-        return Step(self.render(), state, success, done)
+        return Step(self.render(), state, success, done, reward)
 
     def reset(self, seed: int) -> Step:
         self.env.seed(seed)
@@ -115,9 +122,9 @@ class MetaWorldTask:
     def step(self, action: np.ndarray) -> Step:
         """One env step with the action as given, as LeRobot's env steps it (a float32 action
         stays float32: Meta-World's arithmetic, and so the next state, follows its dtype)."""
-        self._raw, _reward, _terminated, truncated, info = self.env.step(action)
+        self._raw, reward, _terminated, truncated, info = self.env.step(action)
         self.t += 1
-        step = self._step(bool(info.get("success", 0)))
+        step = self._step(bool(info.get("success", 0)), float(reward))
         step.done = step.done or bool(truncated)
         return step
 

@@ -15,7 +15,7 @@ import pytest
 
 from raytrain_vla import eval as eval_cli
 from raytrain_vla import run
-from raytrain_vla.common.metaworld_tasks import DESCRIPTIONS, MT10
+from raytrain_vla.common.metaworld_tasks import DESCRIPTIONS, MT10, TASK_INDEX
 from raytrain_vla.data.formats.lerobot import LeRobotMeta, read_frames_table
 from raytrain_vla.data.inspect import find_problems
 from raytrain_vla.data.metaworld_demos import roll_out_task
@@ -84,9 +84,9 @@ def test_demos_are_a_clean_lerobot_dataset_of_successful_expert_episodes(demos):
 
 
 def test_the_same_seed_rolls_out_the_same_frames_states_and_actions():
-    first, again = (roll_out_task("reach-v3", 1, 24, 7, 400, 3) for _ in range(2))
-    (a,), (b,) = first.episodes, again.episodes
-    assert first.seeds == again.seeds
+    first, again = (list(roll_out_task("reach-v3", 1, 24, 7, 400, 3)) for _ in range(2))
+    (a, first_summary), (b, again_summary) = first, again
+    assert first_summary.seeds == again_summary.seeds
     for key in ("state", "action"):
         np.testing.assert_array_equal(getattr(a, key), getattr(b, key))
     np.testing.assert_array_equal(a.cameras[mw.IMAGE_KEY], b.cameras[mw.IMAGE_KEY])
@@ -140,3 +140,58 @@ def test_random_actions_almost_never_solve_mt10():
         None, list(MT10), episodes=1, seed=0, image_size=32, controllers=("random",), workers=2
     )
     assert scores["random"].success_rate <= 0.1
+
+
+def test_lerobot_layout_is_metaworld_mt50s_and_trains_here(tmp_path):
+    """`--layout lerobot` writes `lerobot/metaworld_mt50`'s features (PNG frames, 39-D
+    environment state, reward, success, LeRobot's task ids, the expert's actions unclipped),
+    and a run trains on it as it is."""
+    root = tmp_path / "mt50_like"
+    args = ["metaworld", str(root), "--tasks", ",".join(TASKS), "--episodes-per-task", "2"]
+    assert data_cli([*args, "--image-size", "32", "--layout", "lerobot"]) == 0
+    assert find_problems(root) == []
+    info = json.loads((root / "meta" / "info.json").read_text())
+    assert info["robot_type"] == "metaworld" and info["fps"] == 80
+    mt50 = {  # lerobot/metaworld_mt50's meta/info.json, at 32 px instead of 480
+        "observation.state": ("float32", [4]), "action": ("float32", [4]),
+        "next.reward": ("float32", [1]), "next.success": ("bool", [1]),
+        "observation.environment_state": ("float32", [39]),
+        "observation.image": ("image", [3, 32, 32]), "task_id": ("int16", [1]),
+        "timestamp": ("float32", [1]), "frame_index": ("int64", [1]),
+        "episode_index": ("int64", [1]), "index": ("int64", [1]), "task_index": ("int64", [1]),
+    }  # fmt: skip
+    assert {k: (f["dtype"], f["shape"]) for k, f in info["features"].items()} == mt50
+    assert info["features"]["action"]["names"] == {"axes": ["x", "y", "z", "gripper"]}
+    meta = LeRobotMeta.load(root)
+    cols = ["action", "observation.state", "observation.environment_state", "next.success"]
+    table = read_frames_table(meta, [*cols, "task_id"])
+    episode = table.column("episode_index").to_numpy()
+    state = np.stack(table.column("observation.state").to_numpy(zero_copy_only=False))
+    env_state = np.stack(table.column("observation.environment_state").to_numpy(False))
+    np.testing.assert_array_equal(env_state[:, :4], state)
+    success = table.column("next.success").to_numpy(zero_copy_only=False)
+    ends = np.r_[episode[1:] != episode[:-1], True]
+    np.testing.assert_array_equal(success, ends)  # the expert's success ends each episode
+    task_ids = table.column("task_id").to_numpy()
+    assert sorted(set(task_ids.tolist())) == sorted(TASK_INDEX[t] for t in TASKS)
+    # The stored actions are the expert's own, unclipped, and replaying them reproduces
+    # each episode's success at its last frame.
+    actions = np.stack(table.column("action").to_numpy(zero_copy_only=False))
+    assert np.abs(actions).max() > 1.0
+    seeds = json.loads((root / "meta" / "metaworld.json").read_text())["per_task"]
+    for k, task in enumerate(TASKS):
+        env = mw.MetaWorldTask(task, image_size=None)
+        rows = np.flatnonzero(episode == 2 * k)
+        env.reset(seeds[task]["reset_seeds"][0])
+        steps = [env.step(a) for a in actions[rows]]
+        assert steps[-1].success and not any(s.success for s in steps[:-1])
+        env.close()
+    runs = tmp_path / "runs"
+    assert run.main([
+        f"--data.root={root}", "--data.val_fraction=0.25", "--train.steps=2",
+        "--train.global_batch_size=8", "--train.micro_batch_size=4", "--train.val_interval=2",
+        "--train.save_interval=2", f"--ray.storage_path={runs}", "--ray.run_name=mt50_like",
+        "--logging.wandb_mode=disabled", "--logging.console=false", "--eval.episodes=0",
+    ]) == 0  # fmt: skip
+    records = [json.loads(line) for line in (runs / "mt50_like" / "metrics.jsonl").open()]
+    assert any(r["kind"] == "val" and np.isfinite(r["val_action_mse"]) for r in records)

@@ -172,3 +172,73 @@ def test_rejects_inconsistent_episodes_and_overwrite(tmp_path, written):
     _, root = written
     with pytest.raises(FileExistsError, match="refusing to overwrite"):
         write_lerobot_dataset(root, _episodes(), DatasetSpec(FPS))
+
+
+def test_streamed_files_roll_over_at_their_size_and_read_back(tmp_path):
+    """Files past `data_file_mb` / `video_file_mb` close and the next episode opens the next
+    file, as LeRobot's writer rolls them; every frame still reads back from its own file."""
+    eps = _episodes()
+    spec = DatasetSpec(FPS, CODECS["h264"], data_file_mb=1e-6, video_file_mb=1e-6)
+    root = write_lerobot_dataset(tmp_path / "ds", eps, spec)
+    meta = LeRobotMeta.load(root)
+    assert len(list((root / "data").rglob("*.parquet"))) == len(LENGTHS)
+    table = read_frames_table(meta, ["action", "episode_index"])
+    np.testing.assert_array_equal(
+        to_numpy(table["action"]), np.concatenate([e.action for e in eps])
+    )
+    for key in CAMS:
+        # the encoder holds its look-ahead frames, so a 7-frame episode may not show in bytes yet
+        files = [meta.video_file(key, e) for e in range(len(LENGTHS))]
+        assert files[1] != files[0] and len(set(files)) >= 2
+        assert meta.video_from_timestamp(key, 1) == 0
+    out = LeRobotSource(meta, chunk_size=1).read(np.array([20, 30]))  # episodes 1 and 2
+    for key in CAMS:
+        got = out[f"image/{key}"].astype(np.int16)  # (2, 3, H, W), lossy
+        want = np.stack([eps[1].cameras[key][2], eps[2].cameras[key][5]]).transpose(0, 3, 1, 2)
+        assert np.abs(got - want).mean() < 5.0
+
+
+def test_png_frames_and_extra_columns_as_lerobot_stores_them(tmp_path):
+    """LeRobot's `dtype: image` (PNG cells, lossless, here channels-first as the hub's
+    Meta-World data) and further per-frame columns: scalars, bools, int16 and vectors."""
+    eps = _episodes()
+    for e in eps:
+        t = len(e.state)
+        e.extra = {
+            "next.reward": np.linspace(0, 1, t, dtype=np.float32),
+            "next.success": np.arange(t) == t - 1,
+            "observation.environment_state": np.ones((t, 5), np.float32) * t,
+            "task_id": np.full(t, 7, np.int16),
+        }
+    names = {"observation.state": {"axes": None}, "observation.environment_state": ["kp"]}
+    spec = DatasetSpec(FPS, images="png", channels_first=True, names=names, robot_type="mw")
+    root = write_lerobot_dataset(tmp_path / "ds", eps, spec)
+    meta = LeRobotMeta.load(root)
+    info = json.loads((root / "meta/info.json").read_text())
+    feats = info["features"]
+    assert meta.image_keys == list(CAMS) and meta.video_keys == [] and info["video_path"] is None
+    assert feats["observation.images.top"]["shape"] == [3, 24, 40]
+    assert meta.camera_shape("observation.images.top") == (3, 24, 40)
+    assert [feats[k]["dtype"] for k in eps[0].extra] == ["float32", "bool", "float32", "int16"]
+    assert feats["next.reward"]["shape"] == [1] and feats["observation.environment_state"][
+        "shape"
+    ] == [5]
+    assert feats["observation.state"]["names"] == {"axes": None}
+    assert feats["observation.environment_state"]["names"] == ["kp"]
+    schema = pq.read_schema(root / "data/chunk-000/file-000.parquet")
+    assert json.loads(schema.metadata[b"huggingface"])["info"]["features"][
+        "observation.images.top"
+    ] == {"_type": "Image"}
+    table = read_frames_table(meta, list(eps[0].extra))
+    for key in eps[0].extra:
+        np.testing.assert_array_equal(
+            to_numpy(table[key])
+            .reshape(sum(LENGTHS), -1)
+            .squeeze(-1 if key != "observation.environment_state" else None),
+            np.concatenate([e.extra[key] for e in eps]),
+        )
+    assert set(meta.stats) >= set(eps[0].extra)
+    out = LeRobotSource(meta, chunk_size=1).read(np.array([20, 0]))
+    for key in CAMS:
+        want = np.stack([eps[1].cameras[key][2], eps[0].cameras[key][0]]).transpose(0, 3, 1, 2)
+        np.testing.assert_array_equal(out[f"image/{key}"], want)  # PNG: lossless

@@ -51,6 +51,84 @@ class VideoDecodeError(NotRetriable, ValueError):
     """A video could not be read, or has no frame close enough to a requested timestamp."""
 
 
+class VideoEncoder:
+    """Frames appended in batches into one yuv420p mp4, for writers that stream episodes; frame i
+    is shown at i / fps. Written to a temporary sibling that `close` renames into place, so
+    readers never see a half-written video; `abort` (or an exception inside `with`) drops it."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        fps: int,
+        codec: str = DEFAULT_CODEC,
+        crf: int | None = DEFAULT_CRF,
+        gop: int = DEFAULT_GOP,
+        preset: str | int | None = DEFAULT_PRESET,
+    ):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = self.path.with_name(
+            f".{self.path.stem}.{uuid.uuid4().hex[:8]}.tmp{self.path.suffix}"
+        )
+        self.fps, self.codec, self.frames = fps, codec, 0
+        self._encoded = 0
+        self.options = {"g": str(gop), "bf": "0"}
+        if crf is not None:
+            self.options["crf"] = str(crf)
+        if preset is not None:
+            self.options["preset"] = str(preset)
+        self._out = None
+        self._stream = None
+        self._sws = VideoReformatter()  # reused: a fresh swscale context per frame costs ~1 ms
+
+    def add(self, frames: np.ndarray) -> None:
+        frames = np.asarray(frames)
+        if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8:
+            raise ValueError(
+                f"frames must be (N, H, W, 3) uint8, got {frames.shape} {frames.dtype}"
+            )
+        if self._out is None:
+            self._out = av.open(str(self.tmp), "w", format="mp4")
+            self._stream = self._out.add_stream(self.codec, rate=self.fps, options=self.options)
+            self._stream.width, self._stream.height = frames.shape[2], frames.shape[1]
+            self._stream.pix_fmt = PIX_FMT
+        for img in frames:
+            rgb = av.VideoFrame.from_ndarray(img, format="rgb24")
+            frame = self._sws.reformat(rgb, format=PIX_FMT)
+            frame.pts, frame.time_base = self.frames, Fraction(1, self.fps)
+            packets = self._stream.encode(frame)
+            self._encoded += sum(p.size for p in packets)
+            self._out.mux(packets)
+            self.frames += 1
+
+    def bytes_written(self) -> int:
+        """Encoded bytes so far (the muxer buffers some before they reach the file)."""
+        return max(self._encoded, self.tmp.stat().st_size if self.tmp.exists() else 0)
+
+    def close(self) -> None:
+        if self._out is None:
+            raise ValueError(f"no frames to encode into {self.path}")
+        try:
+            self._out.mux(self._stream.encode(None))
+            self._out.close()
+            self._out = None
+            os.replace(self.tmp, self.path)
+        finally:
+            self.abort()
+
+    def abort(self) -> None:
+        if self._out is not None:
+            self._out.close()
+            self._out = None
+        self.tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> VideoEncoder:
+        return self
+
+    def __exit__(self, kind, *_exc) -> None:
+        self.close() if kind is None else self.abort()
+
+
 def encode_video(
     path: str | os.PathLike,
     frames: np.ndarray,
@@ -60,38 +138,12 @@ def encode_video(
     gop: int = DEFAULT_GOP,
     preset: str | int | None = DEFAULT_PRESET,
 ) -> None:
-    """Write (N, H, W, 3) uint8 RGB frames as a yuv420p mp4; frame i is shown at i / fps.
-
-    Written to a temporary sibling then renamed, so readers never see a half-written video.
-    """
+    """Write (N, H, W, 3) uint8 RGB frames as a yuv420p mp4 in one go (`VideoEncoder`)."""
     frames = np.asarray(frames)
-    if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8:
-        raise ValueError(f"frames must be (N, H, W, 3) uint8, got {frames.shape} {frames.dtype}")
     if len(frames) == 0:
         raise ValueError(f"no frames to encode into {path}")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.{uuid.uuid4().hex[:8]}.tmp{path.suffix}")
-    options = {"g": str(gop), "bf": "0"}
-    if crf is not None:
-        options["crf"] = str(crf)
-    if preset is not None:
-        options["preset"] = str(preset)
-    try:
-        with av.open(str(tmp), "w", format="mp4") as out:
-            stream = out.add_stream(codec, rate=fps, options=options)
-            stream.width, stream.height = frames.shape[2], frames.shape[1]
-            stream.pix_fmt = PIX_FMT
-            sws = VideoReformatter()  # reused: a fresh swscale context per frame costs ~1 ms
-            for i, img in enumerate(frames):
-                rgb = av.VideoFrame.from_ndarray(img, format="rgb24")
-                frame = sws.reformat(rgb, format=PIX_FMT)
-                frame.pts, frame.time_base = i, Fraction(1, fps)
-                out.mux(stream.encode(frame))
-            out.mux(stream.encode(None))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with VideoEncoder(path, fps, codec, crf, gop, preset) as encoder:
+        encoder.add(frames)
 
 
 def decode_frames(

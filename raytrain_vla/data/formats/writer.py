@@ -1,33 +1,43 @@
-"""Write episodes as a LeRobot v3.0 dataset: any cameras, image size, codec, GOP and crf.
+"""Write episodes as a LeRobot v3.0 dataset: any cameras, image size, codec, GOP and crf, as
+videos or as PNG cells in the data files, plus any further per-frame columns.
 
 The layout, column names, dtypes and nesting follow what LeRobot 0.6 itself writes (the tests
-compare against datasets LeRobot 0.6.1 wrote), so the same files load in LeRobot and here. Each camera
-is one concatenated video file; an episode's frames start at its `from_timestamp` in that file.
-The dataset is built in a hidden sibling directory and renamed into place, so an interrupted
-write never leaves a half dataset behind and an existing dataset is never overwritten.
+compare against datasets LeRobot 0.6.1 wrote), so the same files load in LeRobot and here.
+`DatasetWriter` takes one episode at a time and writes it out at once (frames into the open
+video and parquet files, which roll over at LeRobot's file sizes), so a writer holds one episode,
+never the dataset. The dataset is built in a hidden sibling directory and renamed into place
+when it is closed, so an interrupted write never leaves a half dataset behind and an existing
+dataset is never overwritten.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from raytrain_vla.common.atomic import atomic_directory, refuse_non_empty
-from raytrain_vla.data.formats.video import PIX_FMT, encode_video
+from raytrain_vla.data.formats.video import PIX_FMT, VideoEncoder
+from raytrain_vla.data.formats.writer_stats import histogram, image_stats, nested, vector_stats
 
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
-QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
 SCALARS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+CHUNKS_SIZE = 1000  # files per chunk directory, LeRobot's
+ROW_GROUP_BYTES = 64 * 2**20  # rows held before they go out as one row group
 # info.json names the codec as the stream reports it, not the encoder that wrote it
 _CODEC_NAMES = {"libx264": "h264", "libx265": "hevc", "libsvtav1": "av1", "libaom-av1": "av1"}
+_PA_TYPES = {"float32": pa.float32(), "float64": pa.float64(), "bool": pa.bool_(),
+             "int16": pa.int16(), "int32": pa.int32(), "int64": pa.int64()}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -42,67 +52,361 @@ class VideoSpec:
 
 @dataclass
 class EpisodeData:
-    """One episode: per-camera (T, H, W, 3) uint8 frames, (T, S) states, (T, A) actions."""
+    """One episode: per-camera (T, H, W, 3) uint8 frames, (T, S) states, (T, A) actions, and
+    `extra` per-frame columns ((T,) or (T, D) arrays of a numeric or bool dtype)."""
 
     cameras: dict[str, np.ndarray]
     state: np.ndarray
     action: np.ndarray
     task: str
+    extra: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass
 class DatasetSpec:
-    """Dataset-wide metadata that is not in the episodes themselves."""
+    """Dataset-wide metadata that is not in the episodes themselves.
+
+    `images`: "video" (one mp4 per camera and file) or "png" (LeRobot's `dtype: image`, PNG
+    cells in the data files). `channels_first`: image features' shape as [3, H, W] (LeRobot's
+    hub conversions, e.g. `lerobot/metaworld_mt50`). `names`: a feature's `names` in info.json,
+    over `state_names` / `action_names` and the default."""
 
     fps: int
     video: VideoSpec = field(default_factory=VideoSpec)
     robot_type: str = "unknown"
     state_names: list[str] | None = None
     action_names: list[str] | None = None
+    images: str = "video"
+    channels_first: bool = False
+    names: dict[str, Any] = field(default_factory=dict)
+    data_file_mb: float = 100  # LeRobot's data_files_size_in_mb
+    video_file_mb: float = 200  # LeRobot's video_files_size_in_mb
+
+    def __post_init__(self) -> None:
+        if self.images not in ("video", "png"):
+            raise ValueError(f"DatasetSpec.images: {self.images!r}, expected 'video' or 'png'")
 
 
 def write_lerobot_dataset(
     root: str | os.PathLike, episodes: Sequence[EpisodeData], spec: DatasetSpec
 ) -> Path:
     """Write `episodes` as a LeRobot v3.0 dataset at `root` (missing or an empty directory)."""
-    root = Path(root)
-    refuse_non_empty(root)
-    _check_episodes(episodes)
-    with atomic_directory(root) as tmp:
-        _write(tmp, episodes, spec)
-    return root
-
-
-def _check_episodes(episodes: Sequence[EpisodeData]) -> None:
-    """Every episode has the same cameras and shapes, and one row per frame everywhere."""
+    refuse_non_empty(Path(root))
     if not episodes:
         raise ValueError("no episodes to write")
-    first = episodes[0]
-    for i, ep in enumerate(episodes):
-        t = len(ep.state)
-        if t < 1 or len(ep.action) != t:
-            raise ValueError(f"episode {i}: {t} states and {len(ep.action)} actions")
-        if list(ep.cameras) != list(first.cameras):
-            raise ValueError(f"episode {i}: cameras {list(ep.cameras)} != {list(first.cameras)}")
-        if (
-            ep.state.shape[1:] != first.state.shape[1:]
-            or ep.action.shape[1:] != first.action.shape[1:]
-        ):
-            raise ValueError(f"episode {i}: state/action shapes differ from episode 0")
-        for key, frames in ep.cameras.items():
-            want = (t, *first.cameras[key].shape[1:])
-            if frames.shape != want or frames.dtype != np.uint8 or frames.shape[-1] != 3:
+    with DatasetWriter(root, spec) as writer:
+        for episode in episodes:
+            writer.add(episode)
+    return Path(root)
+
+
+def _next_file(loc: tuple[int, int]) -> tuple[int, int]:
+    chunk, file = loc
+    return (chunk, file + 1) if file + 1 < CHUNKS_SIZE else (chunk + 1, 0)
+
+
+def _png(frame: np.ndarray) -> bytes:
+    """PNG bytes of one (H, W, 3) uint8 frame, through PIL as LeRobot's image columns are."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(frame).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+class DatasetWriter:
+    """A LeRobot v3.0 dataset written one episode at a time (`add`), complete at `close` (or at
+    the end of a `with` block; an exception there leaves nothing behind). The first episode
+    fixes the features; every later one must have the same cameras, shapes and columns."""
+
+    def __init__(self, root: str | os.PathLike, spec: DatasetSpec):
+        self.root, self.spec = Path(root), spec
+        refuse_non_empty(self.root)
+        self._stack = ExitStack()
+        self.tmp = self._stack.enter_context(atomic_directory(self.root))
+        self.features: dict = {}
+        self._first: EpisodeData | None = None
+        self._frames = 0
+        self._tasks: dict[str, int] = {}
+        self._rows: list[dict] = []  # meta/episodes, one row per episode
+        self._values: dict[str, list[np.ndarray]] = {}  # every frame's vectors: global stats
+        self._hists: dict[str, np.ndarray] = {}  # each camera's pixel histogram, all frames
+        self._data: pq.ParquetWriter | None = None
+        self._data_loc = (0, 0)
+        self._pending: list[pa.Table] = []  # rows not yet written: one row group per flush
+        self._pending_bytes = 0
+        self._videos: dict[str, VideoEncoder] = {}
+        self._video_locs: dict[str, tuple[int, int]] = {}
+
+    def __enter__(self) -> DatasetWriter:
+        return self
+
+    def __exit__(self, kind, value, traceback) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self._abort(kind, value, traceback)
+
+    # -- one episode ------------------------------------------------------------------------
+    def add(self, episode: EpisodeData) -> None:
+        index = len(self._rows)
+        if self._first is None:
+            self._check_shape(episode, index)
+            self._first = episode
+            self.features = _features(episode, self.spec)
+        else:
+            self._check_like_first(episode, index)
+        t, start = len(episode.state), self._frames
+        row: dict[str, Any] = {
+            "episode_index": index, "tasks": [episode.task], "length": t,
+        }  # fmt: skip
+        columns = self._columns(episode, index, start)
+        stats: dict[str, dict] = {}
+        for key, frames in episode.cameras.items():
+            hist = histogram(frames)
+            self._hists[key] = self._hists.get(key, 0) + hist
+            stats[key] = image_stats(hist, t)
+            if self.spec.images == "video":
+                row.update(self._add_video(key, frames))
+        for key, values in columns.items():
+            flat = values.reshape(t, -1)
+            stats[key] = vector_stats(flat)
+            self._values.setdefault(key, []).append(flat)
+        row.update(self._add_data(episode, columns))
+        row["dataset_from_index"], row["dataset_to_index"] = start, start + t
+        row["stats"] = stats
+        self._rows.append(row)
+        self._frames += t
+
+    def _columns(self, episode: EpisodeData, index: int, start: int) -> dict[str, np.ndarray]:
+        """The episode's numeric columns, in the features' order (cameras excluded)."""
+        t = len(episode.state)
+        task = self._tasks.setdefault(episode.task, len(self._tasks))
+        frame_index = np.arange(t)
+        cols = {
+            "observation.state": episode.state.astype(np.float32),
+            "action": episode.action.astype(np.float32),
+            **{k: np.asarray(v) for k, v in episode.extra.items()},
+            "timestamp": (frame_index / self.spec.fps).astype(np.float32),
+            "frame_index": frame_index,
+            "episode_index": np.full(t, index),
+            "index": start + frame_index,
+            "task_index": np.full(t, task),
+        }
+        return cols
+
+    def _add_video(self, key: str, frames: np.ndarray) -> dict[str, Any]:
+        encoder = self._videos.get(key)
+        loc = self._video_locs.get(key, (0, 0))
+        if encoder is not None and encoder.bytes_written() >= self.spec.video_file_mb * 2**20:
+            encoder.close()
+            encoder, loc = None, _next_file(loc)
+        if encoder is None:
+            v = self.spec.video
+            path = self.tmp / VIDEO_PATH.format(
+                video_key=key, chunk_index=loc[0], file_index=loc[1]
+            )
+            encoder = VideoEncoder(path, self.spec.fps, v.codec, v.crf, v.gop, v.preset)
+            self._videos[key], self._video_locs[key] = encoder, loc
+        start = encoder.frames / self.spec.fps
+        encoder.add(frames)
+        return {
+            f"videos/{key}/chunk_index": loc[0],
+            f"videos/{key}/file_index": loc[1],
+            f"videos/{key}/from_timestamp": start,
+            f"videos/{key}/to_timestamp": encoder.frames / self.spec.fps,
+        }
+
+    def _add_data(self, episode: EpisodeData, columns: dict[str, np.ndarray]) -> dict[str, int]:
+        arrays: dict[str, pa.Array] = {}
+        if self.spec.images == "png":
+            for key, frames in episode.cameras.items():
+                cells = [{"bytes": _png(f), "path": None} for f in frames]
+                arrays[key] = pa.array(
+                    cells, type=pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+                )
+        for key, values in columns.items():
+            feat = self.features[key]
+            kind = _PA_TYPES[feat["dtype"]]
+            if feat["shape"] == [1] and values.ndim == 1:
+                arrays[key] = pa.array(values, type=kind)
+            else:
+                vec = pa.list_(pa.field("element", kind), feat["shape"][0])
+                arrays[key] = pa.FixedSizeListArray.from_arrays(
+                    pa.array(values.reshape(-1), type=kind), type=vec
+                )
+        table = pa.table(arrays).replace_schema_metadata(
+            {"huggingface": _hf_metadata(self.features)}
+        )
+        written = self._data_path().stat().st_size if self._data is not None else 0
+        if written + self._pending_bytes >= self.spec.data_file_mb * 2**20:  # roll over
+            self._flush_data()
+            if self._data is not None:
+                self._data.close()
+            self._data, self._data_loc = None, _next_file(self._data_loc)
+        self._pending.append(table)
+        self._pending_bytes += table.nbytes
+        if self._pending_bytes >= ROW_GROUP_BYTES:
+            self._flush_data()
+        return {"data/chunk_index": self._data_loc[0], "data/file_index": self._data_loc[1]}
+
+    def _data_path(self) -> Path:
+        chunk, file = self._data_loc
+        return self.tmp / DATA_PATH.format(chunk_index=chunk, file_index=file)
+
+    def _flush_data(self) -> None:
+        """The pending episodes' rows as one row group of the current data file."""
+        if not self._pending:
+            return
+        table = pa.concat_tables(self._pending)
+        if self._data is None:
+            self._data_path().parent.mkdir(parents=True, exist_ok=True)
+            self._data = pq.ParquetWriter(self._data_path(), table.schema, compression="snappy")
+        self._data.write_table(table)
+        self._pending, self._pending_bytes = [], 0
+
+    def _check_shape(self, episode: EpisodeData, index: int) -> None:
+        t = len(episode.state)
+        if t < 1 or len(episode.action) != t:
+            raise ValueError(f"episode {index}: {t} states and {len(episode.action)} actions")
+        for key, values in episode.extra.items():
+            if len(values) != t:
+                raise ValueError(f"episode {index} column {key}: {len(values)} rows, expected {t}")
+            if str(np.asarray(values).dtype) not in _PA_TYPES:
                 raise ValueError(
-                    f"episode {i} camera {key}: frames {frames.shape} {frames.dtype}, "
+                    f"episode {index} column {key}: dtype {np.asarray(values).dtype}, expected "
+                    f"one of {', '.join(_PA_TYPES)}"
+                )
+        for key, frames in episode.cameras.items():
+            if frames.ndim != 4 or frames.dtype != np.uint8 or frames.shape[-1] != 3:
+                raise ValueError(
+                    f"episode {index} camera {key}: frames {frames.shape} {frames.dtype}, "
+                    "expected (T, H, W, 3) uint8 RGB"
+                )
+
+    def _check_like_first(self, episode: EpisodeData, index: int) -> None:
+        first = self._first
+        assert first is not None
+        self._check_shape(episode, index)
+        t = len(episode.state)
+        if list(episode.cameras) != list(first.cameras):
+            raise ValueError(
+                f"episode {index}: cameras {list(episode.cameras)} != {list(first.cameras)}"
+            )
+        if list(episode.extra) != list(first.extra):
+            raise ValueError(
+                f"episode {index}: columns {list(episode.extra)} != {list(first.extra)}"
+            )
+        pairs = [(episode.state, first.state), (episode.action, first.action)]
+        pairs += [(np.asarray(episode.extra[k]), np.asarray(v)) for k, v in first.extra.items()]
+        if any(a.shape[1:] != b.shape[1:] or a.dtype != b.dtype for a, b in pairs):
+            raise ValueError(f"episode {index}: state/action/column shapes differ from episode 0")
+        for key, frames in episode.cameras.items():
+            want = (t, *first.cameras[key].shape[1:])
+            if frames.shape != want:
+                raise ValueError(
+                    f"episode {index} camera {key}: frames {frames.shape} {frames.dtype}, "
                     f"expected {want} uint8 RGB"
                 )
 
+    # -- the end ----------------------------------------------------------------------------
+    def close(self) -> Path:
+        """Finish the files and the metadata, and move the dataset into place."""
+        try:
+            if not self._rows:
+                raise ValueError("no episodes to write")
+            self._flush_data()
+            if self._data is not None:
+                self._data.close()
+                self._data = None
+            for encoder in self._videos.values():
+                encoder.close()
+            self._videos.clear()
+            self._write_meta()
+        except BaseException as err:
+            self._abort(type(err), err, err.__traceback__)
+            raise
+        self._stack.close()  # atomic_directory renames the finished dataset into place
+        return self.root
 
-def _features(episodes: Sequence[EpisodeData], spec: DatasetSpec) -> dict:
+    def _abort(self, kind, value, traceback) -> None:
+        if self._data is not None:
+            self._data.close()
+            self._data = None
+        for encoder in self._videos.values():
+            encoder.abort()
+        self._videos.clear()
+        self._stack.__exit__(kind, value, traceback)
+
+    def _write_meta(self) -> None:
+        out, rows, n = self.tmp, self._rows, self._frames
+        cameras = list(self._first.cameras) if self._first is not None else []
+        ep_cols: dict[str, pa.Array] = {
+            "episode_index": pa.array(np.arange(len(rows))),
+            "tasks": pa.array([r["tasks"] for r in rows], type=pa.list_(pa.string())),
+            "length": pa.array(np.array([r["length"] for r in rows], np.int64)),
+        }
+        keys = ["data/chunk_index", "data/file_index", "dataset_from_index", "dataset_to_index"]
+        if self.spec.images == "video":
+            for cam in cameras:
+                keys += [f"videos/{cam}/{k}" for k in ("chunk_index", "file_index")]
+                keys += [f"videos/{cam}/{k}" for k in ("from_timestamp", "to_timestamp")]
+        for key in keys:
+            dtype = np.float64 if key.endswith("timestamp") else np.int64
+            ep_cols[key] = pa.array(np.array([r[key] for r in rows], dtype))
+        for feat in self.features:
+            for stat in rows[0]["stats"][feat]:
+                arr = np.stack([r["stats"][feat][stat] for r in rows])
+                ep_cols[f"stats/{feat}/{stat}"] = nested(
+                    arr, pa.int64() if stat == "count" else pa.float64()
+                )
+        zeros = pa.array(np.zeros(len(rows), np.int64))
+        ep_cols["meta/episodes/chunk_index"] = zeros
+        ep_cols["meta/episodes/file_index"] = zeros
+        (out / "meta/episodes/chunk-000").mkdir(parents=True)
+        pq.write_table(pa.table(ep_cols), out / "meta/episodes/chunk-000/file-000.parquet")
+
+        # meta/tasks.parquet: written through pandas, so `task` is the index as LeRobot stores it
+        import pandas as pd
+
+        names = list(self._tasks)
+        tasks_df = pd.DataFrame(
+            {"task_index": np.arange(len(names))}, index=pd.Index(names, name="task", dtype=object)
+        )
+        tasks_df.to_parquet(out / "meta/tasks.parquet")
+
+        stats = {
+            k: image_stats(self._hists[k], n)
+            if k in self._hists
+            else vector_stats(np.concatenate(self._values[k]))
+            for k in self.features
+        }
+        _write_json(
+            out / "meta/stats.json",
+            {k: {s: v.tolist() for s, v in d.items()} for k, d in stats.items()},
+        )
+        info = {
+            "codebase_version": "v3.0", "fps": self.spec.fps, "features": self.features,
+            "total_episodes": len(rows), "total_frames": n, "total_tasks": len(names),
+            "chunks_size": CHUNKS_SIZE, "data_files_size_in_mb": self.spec.data_file_mb,
+            "video_files_size_in_mb": self.spec.video_file_mb, "data_path": DATA_PATH,
+            "video_path": VIDEO_PATH if self.spec.images == "video" else None,
+            "robot_type": self.spec.robot_type, "splits": {"train": f"0:{len(rows)}"},
+        }  # fmt: skip
+        _write_json(out / "meta/info.json", info)
+
+
+def _features(episode: EpisodeData, spec: DatasetSpec) -> dict:
     v = spec.video
     feats: dict = {}
-    for key, frames in episodes[0].cameras.items():
+    for key, frames in episode.cameras.items():
         h, w = frames.shape[1:3]
+        if spec.images == "png":
+            shape, names = [h, w, 3], ["height", "width", "channels"]
+            if spec.channels_first:
+                shape, names = [3, h, w], ["channels", "height", "width"]
+            feats[key] = {"dtype": "image", "shape": shape, "names": names}
+            continue
         info = {
             "video.height": h, "video.width": w, "video.codec": _CODEC_NAMES.get(v.codec, v.codec),
             "video.pix_fmt": PIX_FMT, "video.fps": spec.fps, "video.channels": 3,
@@ -113,63 +417,20 @@ def _features(episodes: Sequence[EpisodeData], spec: DatasetSpec) -> dict:
         feats[key] = {"dtype": "video", "shape": [h, w, 3],
                       "names": ["height", "width", "channels"], "info": info}  # fmt: skip
     for key, arr, names in (
-        ("observation.state", episodes[0].state, spec.state_names),
-        ("action", episodes[0].action, spec.action_names),
+        ("observation.state", episode.state, spec.state_names),
+        ("action", episode.action, spec.action_names),
     ):
         dim = int(np.prod(arr.shape[1:]))
         names = names or [f"{key.split('.')[-1]}_{i}" for i in range(dim)]
-        feats[key] = {"dtype": "float32", "shape": [dim], "names": names}
+        feats[key] = {"dtype": "float32", "shape": [dim], "names": spec.names.get(key, names)}
+    for key, values in episode.extra.items():
+        values = np.asarray(values)
+        shape = [1] if values.ndim == 1 else [int(np.prod(values.shape[1:]))]
+        feats[key] = {"dtype": str(values.dtype), "shape": shape, "names": spec.names.get(key)}
     feats["timestamp"] = {"dtype": "float32", "shape": [1], "names": None}
     for k in SCALARS[1:]:
         feats[k] = {"dtype": "int64", "shape": [1], "names": None}
     return feats
-
-
-def _vector_stats(x: np.ndarray) -> dict[str, np.ndarray]:
-    """LeRobot's per-feature stats over axis 0 of (N, D) values: min/max/mean/std/count/q*."""
-    x = x.astype(np.float64)
-    out = {"min": x.min(0), "max": x.max(0), "mean": x.mean(0), "std": x.std(0)}
-    out["count"] = np.array([len(x)])
-    qs = np.quantile(x, list(QUANTILES.values()), axis=0)
-    out.update({name: q for name, q in zip(QUANTILES, qs, strict=True)})
-    return out
-
-
-def _histogram(frames: np.ndarray) -> np.ndarray:
-    """(3, 256) per-channel pixel counts: summable, so global stats stay exact."""
-    pix = frames.reshape(-1, 3).astype(np.int64) + np.array([0, 256, 512])
-    return np.bincount(pix.ravel(), minlength=768).reshape(3, 256)
-
-
-def _image_stats(hist: np.ndarray, n_frames: int) -> dict[str, np.ndarray]:
-    """Per-channel stats, shaped (3, 1, 1) in [0, 1], exact from (3, 256) pixel histograms."""
-    v = np.arange(256) / 255.0
-    total = hist.sum(1, keepdims=True)
-    mean = (hist * v).sum(1) / total[:, 0]
-    std = np.sqrt((hist * (v - mean[:, None]) ** 2).sum(1) / total[:, 0])
-    cum = np.cumsum(hist, 1)
-    out = {"min": v[(cum > 0).argmax(1)], "max": v[(cum >= total).argmax(1)]}
-    out.update(mean=mean, std=std)
-    for name, q in QUANTILES.items():  # numpy's default ("linear") quantile of the pixels
-        pos = q * (total[:, 0] - 1)
-        rank = np.stack([np.floor(pos), np.ceil(pos)], 1)  # (3, 2) sorted-pixel ranks
-        lo, hi = v[
-            np.stack([np.searchsorted(c, r, side="right") for c, r in zip(cum, rank, strict=True)])
-        ].T
-        out[name] = lo + (hi - lo) * (pos - rank[:, 0])
-    shaped = {k: a.reshape(3, 1, 1) for k, a in out.items()}
-    order = ["min", "max", "mean", "std", "count", *QUANTILES]  # LeRobot's column order
-    return {k: np.array([n_frames]) if k == "count" else shaped[k] for k in order}
-
-
-def _nested(arr: np.ndarray, dtype: pa.DataType) -> pa.Array:
-    """(E, *dims) numpy -> E rows of nested variable-size lists, as LeRobot stores stats."""
-    flat = pa.array(arr.reshape(-1), type=dtype)
-    for n in reversed(arr.shape[1:]):
-        flat = pa.ListArray.from_arrays(
-            pa.array(np.arange(0, len(flat) + 1, n, dtype=np.int32)), flat
-        )
-    return flat
 
 
 def _hf_metadata(features: dict) -> bytes:
@@ -178,6 +439,9 @@ def _hf_metadata(features: dict) -> bytes:
     for k, f in features.items():
         if f["dtype"] == "video":
             continue
+        if f["dtype"] == "image":
+            hf[k] = {"_type": "Image"}
+            continue
         value = {"dtype": f["dtype"], "_type": "Value"}
         hf[k] = (
             value
@@ -185,112 +449,6 @@ def _hf_metadata(features: dict) -> bytes:
             else {"feature": value, "length": f["shape"][0], "_type": "List"}
         )
     return json.dumps({"info": {"features": hf}}).encode()
-
-
-def _write(out: Path, episodes: Sequence[EpisodeData], spec: DatasetSpec) -> None:
-    fps, features = spec.fps, _features(episodes, spec)
-    cameras = list(episodes[0].cameras)
-    lengths = np.array([len(e.state) for e in episodes])
-    ends = np.cumsum(lengths)
-    starts = ends - lengths
-    n, n_eps = int(ends[-1]), len(episodes)
-    task_names = list(dict.fromkeys(e.task for e in episodes))
-    task_of = {t: i for i, t in enumerate(task_names)}
-    ep_task = np.array([task_of[e.task] for e in episodes])
-    cols = {
-        "observation.state": np.concatenate([e.state for e in episodes]).astype(np.float32),
-        "action": np.concatenate([e.action for e in episodes]).astype(np.float32),
-        "episode_index": np.repeat(np.arange(n_eps), lengths),
-        "index": np.arange(n),
-    }
-    cols["frame_index"] = cols["index"] - np.repeat(starts, lengths)
-    cols["timestamp"] = (cols["frame_index"] / fps).astype(np.float32)
-    cols["task_index"] = np.repeat(ep_task, lengths)
-
-    # videos/: one file per camera, all episodes back to back; histograms for the stats
-    hists: dict[str, list[np.ndarray]] = {}
-    v = spec.video
-    for key in cameras:
-        frames = np.concatenate([e.cameras[key] for e in episodes])
-        path = out / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0)
-        encode_video(path, frames, fps, codec=v.codec, crf=v.crf, gop=v.gop, preset=v.preset)
-        hists[key] = [_histogram(frames[a:b]) for a, b in zip(starts, ends, strict=True)]
-        del frames
-
-    # data/: one row per frame; vectors are fixed-size lists as LeRobot writes them
-    arrays = {}
-    for k in ("observation.state", "action"):
-        vec = pa.list_(pa.field("element", pa.float32()), features[k]["shape"][0])
-        arrays[k] = pa.FixedSizeListArray.from_arrays(pa.array(cols[k].reshape(-1)), type=vec)
-        cols[k] = cols[k].reshape(n, -1)
-    arrays.update({k: pa.array(cols[k]) for k in SCALARS})
-    table = pa.table(arrays).replace_schema_metadata({"huggingface": _hf_metadata(features)})
-    (out / "data/chunk-000").mkdir(parents=True)
-    pq.write_table(table, out / DATA_PATH.format(chunk_index=0, file_index=0), compression="snappy")
-
-    # per-episode stats, then meta/episodes
-    per_ep: dict[str, list[dict]] = {k: [] for k in features}
-    for e, (a, b) in enumerate(zip(starts, ends, strict=True)):
-        for k in features:
-            if k in hists:
-                per_ep[k].append(_image_stats(hists[k][e], int(b - a)))
-            else:
-                per_ep[k].append(_vector_stats(cols[k][a:b].reshape(b - a, -1)))
-    zeros = pa.array(np.zeros(n_eps, np.int64))
-    ep_cols: dict[str, pa.Array] = {
-        "episode_index": pa.array(np.arange(n_eps)),
-        "tasks": pa.array([[task_names[t]] for t in ep_task], type=pa.list_(pa.string())),
-        "length": pa.array(lengths.astype(np.int64)),
-        "data/chunk_index": zeros,
-        "data/file_index": zeros,
-        "dataset_from_index": pa.array(starts.astype(np.int64)),
-        "dataset_to_index": pa.array(ends.astype(np.int64)),
-    }
-    for key in cameras:
-        ep_cols[f"videos/{key}/chunk_index"] = zeros
-        ep_cols[f"videos/{key}/file_index"] = zeros
-        ep_cols[f"videos/{key}/from_timestamp"] = pa.array(starts / fps)
-        ep_cols[f"videos/{key}/to_timestamp"] = pa.array(ends / fps)
-    for k, rows in per_ep.items():
-        for stat in rows[0]:
-            arr = np.stack([r[stat] for r in rows])
-            ep_cols[f"stats/{k}/{stat}"] = _nested(
-                arr, pa.int64() if stat == "count" else pa.float64()
-            )
-    ep_cols["meta/episodes/chunk_index"] = zeros
-    ep_cols["meta/episodes/file_index"] = zeros
-    (out / "meta/episodes/chunk-000").mkdir(parents=True)
-    pq.write_table(pa.table(ep_cols), out / "meta/episodes/chunk-000/file-000.parquet")
-
-    # meta/tasks.parquet: written through pandas, so `task` is the index as LeRobot stores it
-    import pandas as pd
-
-    tasks_df = pd.DataFrame(
-        {"task_index": np.arange(len(task_names))},
-        index=pd.Index(task_names, name="task", dtype=object),
-    )
-    tasks_df.to_parquet(out / "meta/tasks.parquet")
-
-    # meta/stats.json over all frames
-    stats: dict[str, dict] = {}
-    for k in features:
-        if k in hists:
-            stats[k] = _image_stats(np.sum(hists[k], axis=0), n)
-        else:
-            stats[k] = _vector_stats(cols[k].reshape(n, -1))
-    _write_json(
-        out / "meta/stats.json",
-        {k: {s: v.tolist() for s, v in d.items()} for k, d in stats.items()},
-    )
-
-    info = {
-        "codebase_version": "v3.0", "fps": fps, "features": features,
-        "total_episodes": n_eps, "total_frames": n, "total_tasks": len(task_names),
-        "chunks_size": 1000, "data_files_size_in_mb": 100, "video_files_size_in_mb": 200,
-        "data_path": DATA_PATH, "video_path": VIDEO_PATH, "robot_type": spec.robot_type,
-        "splits": {"train": f"0:{n_eps}"},
-    }  # fmt: skip
-    _write_json(out / "meta/info.json", info)
 
 
 def _write_json(path: Path, obj: dict) -> None:
