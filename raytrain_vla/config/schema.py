@@ -9,7 +9,8 @@ from raytrain_vla.config.families import default_family, default_sections
 
 # Choices as named aliases: draccus's field-comment reader (for --help) skips quoted types.
 NormalizationMode = Literal["mean_std", "min_max", "quantile", "quantile10"]
-OptimizerType = Literal["adamw"]
+OptimizerType = Literal["adamw", "muon"]
+MuonAdjustLR = Literal["match_rms_adamw", "original"]
 SchedulerType = Literal["constant", "cosine"]
 Precision = Literal["fp32", "bf16"]
 EvalEnv = Literal["demo", "metaworld"]
@@ -163,9 +164,34 @@ def _default_lr_groups() -> list[LRGroupConfig]:
     ]
 
 
+def _default_muon_exclusions() -> list[str]:
+    return ["embed", "lm_head", r"(^|[._])(state|action)_(in|out|proj)"]
+
+
+@dataclass
+class MuonConfig:
+    """Muon (torch.optim.Muon's update) for hidden weight matrices: the weight of every
+    nn.Linear whose name no `exclude_patterns` regex matches. Embeddings, LM heads, norms,
+    biases, convolutions and anything not 2-D use AdamW. On FSDP2 shards each matrix is
+    orthogonalised whole on one owner rank."""
+
+    momentum: float = 0.95  # momentum of the gradient buffer
+    nesterov: bool = True  # Nesterov momentum (false: plain momentum)
+    ns_steps: int = 5  # quintic Newton-Schulz iterations, in bf16
+    # match_rms_adamw: the update's RMS that of AdamW, so each group's LR keeps its meaning;
+    # original: Keller Jordan's sqrt(max(1, rows / cols)).
+    adjust_lr: MuonAdjustLR = "match_rms_adamw"
+    lr_scale: float = 1.0  # Muon matrices train at this times their LR group's LR
+    # Regexes over parameter names (re.search) whose matrices stay with AdamW: by default
+    # embeddings, LM heads and the state/action input and output projections.
+    exclude_patterns: list[str] = field(default_factory=_default_muon_exclusions)
+
+
 @dataclass
 class OptimizerConfig:
-    type: OptimizerType = "adamw"  # torch.optim.AdamW (fused on GPU)
+    # adamw: torch.optim.AdamW for every parameter; muon: Muon for hidden weight matrices
+    # (`optimizer.muon`), AdamW for the rest, with the same LR groups.
+    type: OptimizerType = "adamw"
     lr: float = 1e-3  # LR for parameters that no group claims
     weight_decay: float = 0.01  # weight decay for parameters that no group claims
     betas: tuple[float, float] = (0.9, 0.95)  # AdamW moment decay rates
@@ -176,6 +202,7 @@ class OptimizerConfig:
     # freezes every role but `action_expert`.
     freeze_roles: list[str] = field(default_factory=list)
     train_action_expert_only: bool = False  # freeze every role but action_expert
+    muon: MuonConfig = field(default_factory=MuonConfig)  # with type=muon
 
 
 @dataclass

@@ -230,6 +230,7 @@ def _check_optimization(cfg: Config) -> None:
             f"bad value for 'optimizer.betas' or 'optimizer.eps': {opt.betas}, {opt.eps}; "
             "expected two betas in [0, 1) and eps > 0"
         )
+    _check_muon(cfg)
     sched = cfg.scheduler
     if not 0.0 <= sched.min_lr_ratio <= 1.0:
         raise ConfigError(
@@ -244,6 +245,56 @@ def _check_optimization(cfg: Config) -> None:
             f"bad value for 'train.grad_clip': {cfg.train.grad_clip}, expected >= 0 (0 turns "
             "clipping off)"
         )
+
+
+def _check_muon(cfg: Config) -> None:
+    """Muon's settings apply only with optimizer.type=muon, and Muon needs what it cannot do
+    without: torch.optim.Muon, and parameters on the device (not train.cpu_offload)."""
+    import re
+
+    from raytrain_vla.config.schema import MuonConfig
+
+    muon = cfg.optimizer.muon
+    if cfg.optimizer.type != "muon":
+        changed = [k for k, v in vars(muon).items() if v != getattr(MuonConfig(), k)]
+        if changed:
+            raise ConfigError(
+                f"'optimizer.muon.{changed[0]}' is set but optimizer.type is "
+                f"{cfg.optimizer.type!r}; set optimizer.type=muon or drop it"
+            )
+        return
+    import torch
+
+    if not hasattr(torch.optim, "Muon"):
+        raise ConfigError(
+            f"optimizer.type=muon needs torch.optim.Muon (torch >= 2.9); this is torch "
+            f"{torch.__version__}"
+        )
+    if cfg.train.cpu_offload:
+        raise ConfigError(
+            "optimizer.type=muon does not support train.cpu_offload=true (its Newton-Schulz "
+            "gathers run on the device's process group); turn one of them off"
+        )
+    if not 0.0 <= muon.momentum < 1.0:
+        raise ConfigError(
+            f"bad value for 'optimizer.muon.momentum': {muon.momentum}, expected [0, 1)"
+        )
+    if not 1 <= muon.ns_steps < 100:
+        raise ConfigError(
+            f"bad value for 'optimizer.muon.ns_steps': {muon.ns_steps}, expected 1..99"
+        )
+    if not muon.lr_scale >= 0:
+        raise ConfigError(
+            f"bad value for 'optimizer.muon.lr_scale': {muon.lr_scale}, expected >= 0"
+        )
+    for pattern in muon.exclude_patterns:
+        try:
+            re.compile(pattern)
+        except re.error as err:
+            raise ConfigError(
+                f"bad value for 'optimizer.muon.exclude_patterns': {pattern!r} is not a regex "
+                f"({err})"
+            ) from None
 
 
 def check_batch_layout(global_batch: int, micro_batch: int, world_size: int) -> int:

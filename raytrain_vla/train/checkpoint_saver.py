@@ -35,7 +35,7 @@ from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 from raytrain_vla.errors import RunCannotContinue
 from raytrain_vla.train.checkpoint import write_tensors
 from raytrain_vla.train.manifest import write_manifest
-from raytrain_vla.train.step import local_shard
+from raytrain_vla.train.shards import local_shard
 from raytrain_vla.train.write_behind import WriteBehindWriter
 
 OnComplete = Callable[[], None]

@@ -1,4 +1,4 @@
-"""LR groups by parameter role or regex, freezing by role, AdamW and the LR schedule.
+"""LR groups by parameter role or regex, freezing by role, AdamW or Muon, and the LR schedule.
 
 Groups are resolved on parameter names before sharding, so a group means the same parameters on
 every rank and at every world size. Roles come from the model family (`VLAModel.role_of`).
@@ -78,7 +78,11 @@ def resolve_groups(model: VLAModel, cfg: OptimizerConfig) -> list[ParamGroup]:
 def build_optimizer(
     model: nn.Module, groups: list[ParamGroup], cfg: OptimizerConfig
 ) -> torch.optim.Optimizer:
+    """AdamW over the LR groups; with `type=muon`, each group's hidden matrices go to Muon (a
+    torch group `<name>/muon`, at `lr_scale` times the group's LR) and the rest to AdamW."""
     params = dict(model.named_parameters())
+    if cfg.type == "muon":
+        return _build_muon(model, params, groups, cfg)
     torch_groups = [
         {
             "params": [params[n] for n in g.param_names],
@@ -92,6 +96,47 @@ def build_optimizer(
     return torch.optim.AdamW(
         torch_groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, foreach=True
     )
+
+
+def _build_muon(
+    model: nn.Module, params: dict, groups: list[ParamGroup], cfg: OptimizerConfig
+) -> torch.optim.Optimizer:
+    from raytrain_vla.train.muon import MuonAdamW, muon_parameter_names
+    from raytrain_vla.train.newton_schulz import NewtonSchulz
+
+    muon = muon_parameter_names(model, cfg.muon.exclude_patterns)
+    torch_groups = []
+    for g in groups:
+        matrices = [n for n in g.param_names if n in muon]
+        rest = [n for n in g.param_names if n not in muon]
+        if rest:
+            torch_groups.append(
+                {"params": [params[n] for n in rest], "lr": g.lr,
+                 "weight_decay": g.weight_decay, "name": g.name}
+            )  # fmt: skip
+        if matrices:
+            torch_groups.append(
+                {"params": [params[n] for n in matrices], "lr": g.lr * cfg.muon.lr_scale,
+                 "weight_decay": g.weight_decay, "name": f"{g.name}/muon", "muon": True}
+            )  # fmt: skip
+    return MuonAdamW(
+        torch_groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps,
+        momentum=cfg.muon.momentum, nesterov=cfg.muon.nesterov,
+        newton_schulz=NewtonSchulz(steps=cfg.muon.ns_steps), adjust_lr=cfg.muon.adjust_lr,
+    )  # fmt: skip
+
+
+def optimizer_summary(optimizer: torch.optim.Optimizer) -> str:
+    """Which optimizer updates how many tensors and parameters (rank 0 prints it)."""
+    counts: dict[str, list[int]] = {}
+    for group in optimizer.param_groups:
+        kind = "muon" if group.get("muon") else "adamw"
+        tensors, numel = counts.setdefault(kind, [0, 0])
+        counts[kind] = [
+            tensors + len(group["params"]),
+            numel + sum(p.numel() for p in group["params"]),
+        ]
+    return ", ".join(f"{k}: {t} tensors, {n:,} parameters" for k, (t, n) in counts.items())
 
 
 def lr_factor(step: int, total_steps: int, cfg: SchedulerConfig) -> float:

@@ -149,6 +149,7 @@ def preflight(cfg: Config) -> list[Finding]:
         findings += _text_findings(cfg, meta, budget)
     findings += _episode_findings(cfg, meta)
     findings += _unused_data_findings(cfg) + _chunk_findings(cfg)
+    findings += _optimizer_findings(cfg, config)
     if cfg.eval.env == "metaworld":
         findings += _metaworld_findings(cfg, meta)
     elif cfg.eval.episodes > 0 and not is_demo_dataset(cfg.data.root):
@@ -161,6 +162,32 @@ def preflight(cfg: Config) -> list[Finding]:
             )
         )
     return findings
+
+
+def _optimizer_findings(cfg: Config, config: Any) -> list[Finding]:
+    """With optimizer.type=muon: how many tensors and parameters each optimizer updates, from
+    the model built on the meta device; a warning when no matrix is left to Muon."""
+    if cfg.optimizer.type != "muon":
+        return []
+    from raytrain_vla.train.optim import (
+        build_optimizer,
+        freeze_for_config,
+        optimizer_summary,
+        resolve_groups,
+    )
+
+    with torch.device("meta"):
+        model = get_family(cfg.model.type).build(config)
+    freeze_for_config(model, cfg.optimizer)
+    try:
+        optimizer = build_optimizer(model, resolve_groups(model, cfg.optimizer), cfg.optimizer)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
+    summary = optimizer_summary(optimizer)
+    if not any(g.get("muon") for g in optimizer.param_groups):
+        return [Finding("warning", f"optimizer.type=muon, but optimizer.muon.exclude_patterns "
+                        f"leave Muon no trainable matrix ({summary})")]  # fmt: skip
+    return [Finding("note", f"optimizer muon: {summary}")]
 
 
 def _metaworld_findings(cfg: Config, meta: LeRobotMeta) -> list[Finding]:

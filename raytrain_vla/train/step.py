@@ -20,13 +20,9 @@ from torch.distributed.fsdp import FSDPModule
 
 from raytrain_vla.errors import NotRetriable
 from raytrain_vla.train.optim import ParamGroup
+from raytrain_vla.train.shards import local_shard
 
 NoiseFn = Callable[[int, list[int]], tuple[torch.Tensor, torch.Tensor]]
-
-
-def local_shard(t: torch.Tensor) -> torch.Tensor:
-    """This rank's shard of a DTensor (FSDP2's parameters and gradients); a plain tensor as is."""
-    return t.to_local() if hasattr(t, "to_local") else t
 
 
 def _copies(t: torch.Tensor) -> int:
@@ -205,4 +201,10 @@ class StepRunner:
             }
         )
         metrics.update(lrs)
+        if finite and coef is not None:
+            metrics["clip_coef"] = float(coef)  # one for every group: clipping is global
+        for name, rms in getattr(self.optimizer, "update_rms", {}).items():
+            metrics[f"muon/update_rms/{name}"] = rms  # Muon's orthogonalised update, this rank
+        if hasattr(self.optimizer, "comm_bytes"):
+            metrics["comm/muon_bytes"] = float(self.optimizer.comm_bytes)
         return metrics
