@@ -35,9 +35,10 @@ def base():
 
 
 def test_shipped_spaces_load(base):
-    for name in ("lr_groups", "scheduler", "full"):
+    for name in ("lr_groups", "scheduler", "full", "muon"):
         space = load_space(f"tune_spaces/{name}.yaml", base)
         assert space.params and space.metric == "val_action_mse"
+    assert "optimizer.type" in [p.key for p in load_space("tune_spaces/muon.yaml", base).params]
 
 
 def test_sampled_values_reach_the_config_and_conditions_apply(tmp_path, base):
