@@ -4,8 +4,10 @@ Newton-Schulz needs the whole matrix, and under FSDP2 a rank holds only a row sh
 `torch.optim.Muon` on the shards computes a different optimizer. Here each sharded matrix's
 update is gathered whole on one owner rank of its shard group (owners round-robin, so the work
 divides by the group's size), orthogonalised there by torch's own `_zeropower_via_newtonschulz`,
-and scattered back as the same row shards. No rank gathers every matrix. Under HSDP each replica
-group does the same on its own shards (their updates are equal after the all-reduce).
+and scattered back as the same row shards. No rank gathers every matrix, and the exchange is two
+all-to-alls per step (rows to the owners, results back), not a collective per matrix. Under
+HSDP each replica group does the same on its own shards (their updates are equal after the
+all-reduce).
 
 The update is cast to bf16 before it travels: Newton-Schulz starts with that cast, so the bits
 are those torch's single-process Muon computes, at half the bytes. gloo moves bf16 as bytes.
@@ -85,59 +87,58 @@ def _orthogonalize_group(
     ns: NewtonSchulz,
     out: list[Tensor | None],
 ) -> int:
-    """Gather every matrix on its owner, orthogonalise the owned ones, scatter them back."""
+    """Two all-to-alls per step and shard group, whatever the number of matrices: every rank
+    sends each owner its (padded) rows of the owner's matrices, the owners orthogonalise them
+    whole, and send every rank its rows back. Returns the bytes this rank sent and received."""
     world, me = dist.get_world_size(group), dist.get_rank(group)
-    owner_of = {i: k % world for k, i in enumerate(indices)}
-    shapes = {i: (math.ceil(params[i].shape[0] / world), params[i].shape[1]) for i in indices}
-    moved = 0
-    gathered: dict[int, list[Tensor]] = {}
-    works = []
-    for i in indices:  # every gather in flight at once: owners receive in parallel
-        padded = torch.zeros(shapes[i], dtype=torch.bfloat16, device=updates[i].device)
-        padded[: len(updates[i])] = updates[i]
-        owner = owner_of[i]
-        pieces = [torch.empty_like(padded) for _ in range(world)] if owner == me else None
-        gathered[i] = pieces or []
-        works.append(
-            dist.gather(
-                _as_wire(padded),
-                [_as_wire(p) for p in pieces] if pieces else None,
-                dst=dist.get_global_rank(group, owner),
-                group=group,
-                async_op=True,
-            )
-        )
-        moved += padded.numel() * padded.element_size() * (world - 1 if owner == me else 1)
-    for work in works:
-        work.wait()
-    works, received = [], {}
-    for i in indices:
-        owner = owner_of[i]
-        pieces = None
-        if owner == me:
-            whole = torch.cat(gathered[i])[: params[i].shape[0]]
-            ortho = ns(whole)
-            rows = shapes[i][0]
-            pieces = [
-                torch.zeros(shapes[i], dtype=ortho.dtype, device=ortho.device) for _ in range(world)
-            ]
-            for k in range(world):
-                part = ortho[k * rows : (k + 1) * rows]
-                pieces[k][: len(part)] = part
-        received[i] = torch.empty(shapes[i], dtype=torch.bfloat16, device=updates[i].device)
-        works.append(
-            dist.scatter(
-                _as_wire(received[i]),
-                [_as_wire(p) for p in pieces] if pieces else None,
-                src=dist.get_global_rank(group, owner),
-                group=group,
-                async_op=True,
-            )
-        )
-        size = received[i].numel() * received[i].element_size()
-        moved += size * (world - 1 if owner == me else 1)
-    for work in works:
-        work.wait()
-    for i in indices:
-        out[i] = received[i][: len(updates[i])]
-    return moved
+    owner = {i: k % world for k, i in enumerate(indices)}
+    rows = {i: math.ceil(params[i].shape[0] / world) for i in indices}
+    size = {i: rows[i] * params[i].shape[1] for i in indices}  # one padded shard, in elements
+    owned_by = [[i for i in indices if owner[i] == k] for k in range(world)]
+    device = updates[indices[0]].device
+
+    send = torch.zeros(sum(size.values()), dtype=torch.bfloat16, device=device)
+    at = 0
+    for k in range(world):  # to owner k: my rows of its matrices, in order
+        for i in owned_by[k]:
+            shard = send[at : at + size[i]].view(rows[i], -1)
+            shard[: len(updates[i])] = updates[i]  # the cast to bf16 Newton-Schulz starts with
+            at += size[i]
+    mine = sum(size[i] for i in owned_by[me])
+    received = _all_to_all(send, [sum(size[i] for i in owned_by[k]) for k in range(world)],
+                           [mine] * world, group)  # fmt: skip
+
+    back = torch.empty(mine * world, dtype=torch.bfloat16, device=device)
+    offset = 0
+    for i in owned_by[me]:  # whole matrix = every rank's rows, in rank order
+        pieces = [received[s * mine + offset : s * mine + offset + size[i]] for s in range(world)]
+        whole = torch.cat(pieces).view(rows[i] * world, -1)[: params[i].shape[0]]
+        ortho = ns(whole)
+        padded = torch.zeros(rows[i] * world, ortho.shape[1], dtype=ortho.dtype, device=device)
+        padded[: len(ortho)] = ortho
+        for s in range(world):
+            back[s * mine + offset : s * mine + offset + size[i]] = padded[
+                s * rows[i] : (s + 1) * rows[i]
+            ].reshape(-1)
+        offset += size[i]
+    mine_back = _all_to_all(back, [mine] * world,
+                            [sum(size[i] for i in owned_by[k]) for k in range(world)], group)  # fmt: skip
+    at = 0
+    for k in range(world):
+        for i in owned_by[k]:
+            out[i] = mine_back[at : at + size[i]].view(rows[i], -1)[: len(updates[i])]
+            at += size[i]
+    to_others = (send.numel() - mine) + (received.numel() - mine)  # elements, each way
+    return 2 * 2 * to_others  # bf16 bytes, both exchanges
+
+
+def _all_to_all(
+    send: Tensor, send_sizes: list[int], recv_sizes: list[int], group: dist.ProcessGroup
+) -> Tensor:
+    """`all_to_all_single` with uneven splits; bf16 travels as bytes (gloo has no bf16)."""
+    recv = torch.empty(sum(recv_sizes), dtype=send.dtype, device=send.device)
+    dist.all_to_all_single(
+        _as_wire(recv), _as_wire(send), [2 * n for n in recv_sizes], [2 * n for n in send_sizes],
+        group=group,
+    )  # fmt: skip
+    return recv
