@@ -316,12 +316,7 @@ class DatasetWriter:
             if not self._rows:
                 raise ValueError("no episodes to write")
             self._flush_data()
-            if self._data is not None:
-                self._data.close()
-                self._data = None
-            for encoder in self._videos.values():
-                encoder.close()
-            self._videos.clear()
+            self._close_files(keep=True)
             self._write_meta()
         except BaseException as err:
             self._abort(type(err), err, err.__traceback__)
@@ -330,13 +325,17 @@ class DatasetWriter:
         return self.root
 
     def _abort(self, kind, value, traceback) -> None:
+        self._close_files(keep=False)
+        self._stack.__exit__(kind, value, traceback)
+
+    def _close_files(self, keep: bool) -> None:
+        """Close the open data file and videos; `keep=False` drops the videos' temporaries."""
         if self._data is not None:
             self._data.close()
             self._data = None
         for encoder in self._videos.values():
-            encoder.abort()
+            encoder.close() if keep else encoder.abort()
         self._videos.clear()
-        self._stack.__exit__(kind, value, traceback)
 
     def _write_meta(self) -> None:
         out, rows, n = self.tmp, self._rows, self._frames
