@@ -385,6 +385,9 @@ def _load_local(
             raise ValueError(f"{path / CONFIG}: neither our policy format nor one a family reads")
         family, files = foreign
         meta = PolicyMeta(family.name, files.config, files.spec)
+        # LeRobot's own replanning (`n_action_steps` in its config.json), so `lerobot-eval`'s
+        # protocol holds unless the caller asks otherwise
+        n_action_steps = n_action_steps or int(data.get("n_action_steps") or 0)
         return from_state(
             files.state, meta, files.normalizer, seed, n_action_steps, str(path), device
         )  # fmt: skip

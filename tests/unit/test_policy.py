@@ -426,3 +426,22 @@ def test_smolvla_float_frames_give_lerobots_actions_for_those_exact_floats(monke
     for cam, image in direct["images"].items():
         torch.testing.assert_close(seen[0]["images"][cam], image, rtol=0, atol=1e-7)
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+
+
+def test_a_lerobot_policy_replans_as_its_own_config_says(tmp_path):
+    """`lerobot-eval` executes `n_action_steps` of each chunk (LeRobot's config.json); a given
+    value wins over it."""
+    import shutil
+
+    from _paths import fixtures_root
+
+    fixture = fixtures_root() / "lerobot_smolvla_tiny"
+    pretrained = tmp_path / "pretrained_model"
+    shutil.copytree(fixture / "pretrained_model", pretrained)
+    (tmp_path / "vlm").symlink_to(fixture / "vlm")  # its VLM, found next to it
+    config = json.loads((pretrained / "config.json").read_text())
+    assert config["n_action_steps"] == config["chunk_size"] > 3
+    config["n_action_steps"] = 3
+    (pretrained / "config.json").write_text(json.dumps(config))
+    assert policy.load(pretrained).n_action_steps == 3
+    assert policy.load(pretrained, n_action_steps=5).n_action_steps == 5
