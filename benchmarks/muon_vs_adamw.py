@@ -8,7 +8,7 @@ the default warm-up, the same LR for every group), validating every `--val-inter
    `steps_to_target` per seed (null: not within `--steps`);
 3. step time: the median `step_time_s` of the logged steps after the first 20% of the best runs,
    as Muon over AdamW; with `--smolvla-fixture DIR`, also a short run of each on SmolVLA at the
-   fixture's size.
+   fixture's size (smolvla_learning_check.sh's model: every part training, 32 px inputs).
 
     python benchmarks/muon_vs_adamw.py --size small --steps 3000 --seeds 0,1,2
     python benchmarks/muon_vs_adamw.py --size tiny --steps 600 --seeds 0 \\
@@ -66,8 +66,11 @@ def main() -> None:
     parser.add_argument("--smolvla-fixture", default=None, help="lerobot_smolvla_tiny: step time")
     parser.add_argument("--smolvla-steps", type=int, default=20)
     parser.add_argument("--storage", default=None, help="where runs go (default: a temp dir)")
+    parser.add_argument("--no-sweep", action="store_true", help="only the SmolVLA step time")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
+    if args.no_sweep and not args.smolvla_fixture:
+        raise SystemExit("--no-sweep leaves only the SmolVLA part: give --smolvla-fixture")
     if 0 not in seeds or args.steps < args.val_interval or args.val_interval < 1:
         raise SystemExit(
             "--seeds must include 0 (the sweep's seed); --steps >= --val-interval >= 1"
@@ -81,7 +84,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         storage = Path(args.storage or tmp)
         result: dict = {"size": args.size, "steps": args.steps, "target": args.target}
-        for opt, text in lrs.items():
+        for opt, text in {} if args.no_sweep else lrs.items():
             sweep, records = {}, {}
             for lr in (float(x) for x in text.split(",")):
                 name = f"{opt}_lr{lr:g}_seed0"
@@ -106,16 +109,19 @@ def main() -> None:
                 times.append(step_time(rec))
             result[opt] = {"sweep": sweep, "best_lr": best, "per_seed": per_seed,
                            "step_time_s": statistics.median(times)}  # fmt: skip
-        result["muon_over_adamw_step_time"] = (
-            result["muon"]["step_time_s"] / result["adamw"]["step_time_s"]
-        )
+        if not args.no_sweep:
+            result["muon_over_adamw_step_time"] = (
+                result["muon"]["step_time_s"] / result["adamw"]["step_time_s"]
+            )
         if args.smolvla_fixture:
             fx = Path(args.smolvla_fixture)
             smol = [
                 "--model.type=smolvla", f"--model.smolvla.vlm_path={fx / 'vlm'}",
                 f"--train.steps={args.smolvla_steps}", "--train.val_interval=100000",
                 f"--train.save_interval={args.smolvla_steps}", "--train.log_interval=1",
+                "--model.smolvla.num_vlm_layers=4", "--model.smolvla.resize_imgs_with_padding=[32,32]",
                 "--model.smolvla.train_expert_only=false",
+                "--model.smolvla.freeze_vision_encoder=false", "--data.chunk_size=10",
             ]  # fmt: skip
             smol_times = {
                 opt: step_time(run(storage, f"smolvla_{opt}", [*smol, f"--optimizer.type={opt}"]))
