@@ -118,3 +118,21 @@ def test_lr_groups_split_into_muon_and_adamw_halves_with_the_scaled_lr():
 def test_settings_muon_cannot_serve_are_refused_naming_the_key(args, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         parse_cli(args)
+
+
+def test_frozen_roles_stay_out_of_both_halves():
+    cfg = parse_cli(["--optimizer.type=muon", "--optimizer.freeze_roles=[vision]"])
+    family = get_family("flow_vla")
+    from raytrain_vla.common.spec import DataSpec
+    from raytrain_vla.train.optim import freeze_for_config
+
+    spec = DataSpec({"observation.image": (3, 32, 32)}, state_dim=3, action_dim=2, chunk_size=4)
+    model = family.build(family.resolve_config(family.tiny_options(None), spec))
+    frozen = set(freeze_for_config(model, cfg.optimizer))
+    opt = build_optimizer(model, resolve_groups(model, cfg.optimizer), cfg.optimizer)
+    names = {id(p): n for n, p in model.named_parameters()}
+    in_optimizer = {names[id(p)] for g in opt.param_groups for p in g["params"]}
+    assert frozen and all(n.startswith("vision.") for n in frozen)
+    assert not in_optimizer & frozen
+    assert {g["name"] for g in opt.param_groups} >= {"backbone/muon", "action_expert/muon"}
+    assert not any(g["name"].startswith("vision") for g in opt.param_groups)
