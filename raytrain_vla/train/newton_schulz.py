@@ -38,8 +38,8 @@ class NewtonSchulz:
         return _zeropower_via_newtonschulz(matrix, self.coefficients, self.steps, self.eps)
 
 
-def _row_shard(param: Tensor) -> tuple[dist.ProcessGroup, int] | None:
-    """(process group, mesh dim) of a DTensor sharded by rows; None for a whole tensor."""
+def _row_shard_group(param: Tensor) -> dist.ProcessGroup | None:
+    """The process group a DTensor's rows are sharded over; None for a whole tensor."""
     from torch.distributed.tensor import DTensor, Shard
 
     if not isinstance(param, DTensor):
@@ -49,7 +49,7 @@ def _row_shard(param: Tensor) -> tuple[dist.ProcessGroup, int] | None:
         return None  # replicated on every rank: each holds the whole matrix
     if len(dims) != 1 or param.placements[dims[0]].dim != 0:
         raise ValueError(f"Muon needs row shards (Shard(0)); got {param.placements}")
-    return param.device_mesh.get_group(dims[0]), dims[0]
+    return param.device_mesh.get_group(dims[0])
 
 
 def _as_wire(t: Tensor) -> Tensor:
@@ -66,12 +66,12 @@ def orthogonalize(
     by_group: dict[int, list[int]] = {}
     groups: dict[int, dist.ProcessGroup] = {}
     for i, param in enumerate(params):
-        shard = _row_shard(param)
-        if shard is None or dist.get_world_size(shard[0]) == 1:
+        group = _row_shard_group(param)
+        if group is None or dist.get_world_size(group) == 1:
             out[i] = ns(updates[i])
             continue
-        key = id(shard[0])
-        groups[key] = shard[0]
+        key = id(group)
+        groups[key] = group
         by_group.setdefault(key, []).append(i)
     moved = 0
     for key, indices in by_group.items():
