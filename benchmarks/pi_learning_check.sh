@@ -8,7 +8,9 @@
 #   benchmarks/pi_learning_check.sh pi05 [FIXTURES_DIR] [extra --key=value ...]
 #
 # The recipe that works for SmolVLA from scratch (benchmarks/smolvla_learning_check.sh): a
-# constant LR after the default warm-up, a full shuffle, chunks of 10, every part training.
+# constant LR after the default warm-up, a full shuffle, chunks of 10, every part training; and
+# Muon at LR 3e-3 for every group (issue 44): with AdamW neither our pi nor LeRobot's own learns
+# at this size in this budget (benchmarks/pi_lerobot_side_by_side.py, benchmarks/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PI=${1:-pi05}
@@ -24,4 +26,5 @@ exec .venv/bin/python -m raytrain_vla.run \
   --model.$PI.vision_mlp_dim=64 --model.$PI.patch_size=8 --model.$PI.vocab_size=512 \
   --model.$PI.image_resolution=[32,32] --model.$PI.tokenizer_max_length=64 \
   --model.$PI.num_inference_steps=4 --data.chunk_size=10 \
-  --scheduler.type=constant --data.shuffle_window=1000000 "$@"
+  --scheduler.type=constant --data.shuffle_window=1000000 \
+  --optimizer.type=muon --optimizer.groups=[] --optimizer.lr=3e-3 "$@"
