@@ -13,7 +13,10 @@ pi0.5 end worse than the mean action. This trains, in one invocation:
 Same data (the demo dataset's training episodes, read once by our `LeRobotSource`), same
 sample order (our `SamplePlan`'s global batches, full shuffle), same recipe (AdamW with the
 default groups' LR, betas, eps and weight decay, the default linear warm-up then a constant
-LR, gradient clipping at the default norm, the default global batch), same held-out samples
+LR, gradient clipping at the default norm, the default global batch; with
+`--optimizer.type=muon` LeRobot's side runs torch.optim.Muon over the 2-D nn.Linear weights
+that `optimizer.muon.exclude_patterns` leaves, as ours splits them, and AdamW over the rest;
+both sides report the split), same held-out samples
 scored with `train/validate.py`'s `val_mse_ratio` (action MSE over the non-padded chunk steps in
 the robot's units, over the mean action's) and the same validation noise. Both sides' training
 loss is averaged every `--log-every` steps, and `inputs_max_abs_diff` compares what reaches each
@@ -22,13 +25,18 @@ state). Prints one JSON object; progress goes to stderr.
 
     python benchmarks/pi_lerobot_side_by_side.py --variant pi05 --steps 3000 \\
         --lerobot-python /tmp/lrv/bin/python
+    # the learning check's recipe (benchmarks/pi_learning_check.sh):
+    python benchmarks/pi_lerobot_side_by_side.py --variant pi05 --steps 3000 \\
+        --optimizer.type=muon --optimizer.groups=[] --optimizer.lr=3e-3
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -141,6 +149,29 @@ def ratio(pred: np.ndarray, true: np.ndarray, pad: np.ndarray, mean_action: np.n
     }
 
 
+def muon_matrix_names(model: Any, exclude_patterns: list[str]) -> set[str]:
+    """`train/muon.muon_parameter_names`' rule (2-D nn.Linear weights no pattern matches), for
+    LeRobot's module names, which this side cannot import ours to compute."""
+    import torch
+
+    patterns = [re.compile(p) for p in exclude_patterns]
+    names = set()
+    for module_name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) and module.weight.ndim == 2:
+            name = f"{module_name}.weight" if module_name else "weight"
+            if not any(p.search(name) for p in patterns):
+                names.add(name)
+    return names
+
+
+def split_counts(matrices: list[Any], rest: list[Any]) -> dict[str, int]:
+    """How many tensors and values each half of the optimizer holds, to compare the sides."""
+    return {
+        "muon_tensors": len(matrices), "muon_params": sum(p.numel() for p in matrices),
+        "adamw_tensors": len(rest), "adamw_params": sum(p.numel() for p in rest),
+    }  # fmt: skip
+
+
 def lr_factor(step: int, warmup: int) -> float:
     """The default scheduler with `scheduler.type=constant` (`train/optim.py`)."""
     return (step + 1) / warmup if warmup > 0 and step < warmup else 1.0
@@ -207,7 +238,12 @@ def our_side(cfg: Any, view: Any, data: dict[str, Any], args: argparse.Namespace
             m = validate(model, val, processor, data["mean_action"], cfg.train.seed)
             vals.append({"step": done, **{k: m[k] for k in ("val_mse_ratio", "val_loss")}})
             print(f"ours step {done} loss {curve[-1][1]:.4f} {vals[-1]}", file=sys.stderr)
-    return {"loss_curve": curve, "val": vals, "wall_s": round(time.perf_counter() - start, 1)}
+    result = {"loss_curve": curve, "val": vals, "wall_s": round(time.perf_counter() - start, 1)}
+    halves: dict[bool, list] = {True: [], False: []}
+    for group in optimizer.param_groups:
+        halves[bool(group.get("muon"))] += group["params"]
+    result["optimizer"] = split_counts(halves[True], halves[False])
+    return result
 
 
 def compare_inputs(cfg: Any, view: Any, data: dict[str, Any], theirs_path: Path) -> dict:
@@ -304,10 +340,27 @@ def lerobot_side(args: argparse.Namespace) -> None:
     policy = policy_cls(config)
     pre, post = make_pre_post_processors(config, dataset_stats=stats)
     params = [p for p in policy.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(
-        params, lr=args.lr, betas=tuple(args.betas), eps=args.eps, weight_decay=args.weight_decay
-    )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, args.warmup))
+    muon = json.loads(args.muon) if args.muon else None
+    muon_names = muon_matrix_names(policy, muon["exclude_patterns"]) if muon else set()
+    matrices = [p for n, p in policy.named_parameters() if n in muon_names and p.requires_grad]
+    rest = [p for n, p in policy.named_parameters() if n not in muon_names and p.requires_grad]
+    optimizers = [
+        torch.optim.AdamW(
+            rest, lr=args.lr, betas=tuple(args.betas), eps=args.eps, weight_decay=args.weight_decay
+        )
+    ]
+    if matrices:  # torch's own Muon over LeRobot's hidden matrices, as ours splits them
+        optimizers.append(
+            torch.optim.Muon(
+                matrices, lr=args.lr * muon["lr_scale"], weight_decay=args.weight_decay,
+                momentum=muon["momentum"], nesterov=muon["nesterov"], ns_steps=muon["ns_steps"],
+                adjust_lr_fn=muon["adjust_lr"],
+            )
+        )  # fmt: skip
+    schedulers = [
+        torch.optim.lr_scheduler.LambdaLR(o, lambda s: lr_factor(s, args.warmup))
+        for o in optimizers
+    ]
 
     def raw(ids: np.ndarray, with_action: bool) -> dict:
         r = rows(data, ids)
@@ -351,10 +404,13 @@ def lerobot_side(args: argparse.Namespace) -> None:
     for step in range(args.steps):
         loss, _ = policy.forward(pre(raw(data["batches"][step], True)))
         loss.backward()
+        if step == 0:  # trainable tensors the loss never reaches (ours does not build them)
+            unused = [n for n, p in policy.named_parameters() if p.requires_grad and p.grad is None]
         torch.nn.utils.clip_grad_norm_(params, args.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        scheduler.step()
+        for optimizer, scheduler in zip(optimizers, schedulers, strict=True):
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            scheduler.step()
         window.append(loss.item())
         done = step + 1
         if done % args.log_every == 0 or done == args.steps:
@@ -364,6 +420,8 @@ def lerobot_side(args: argparse.Namespace) -> None:
             vals.append({"step": done, "val_mse_ratio": validate()["val_mse_ratio"]})
             print(f"lerobot step {done} loss {curve[-1][1]:.4f} {vals[-1]}", file=sys.stderr)
     result = {"loss_curve": curve, "val": vals, "wall_s": round(time.perf_counter() - start, 1)}
+    result["optimizer"] = split_counts(matrices, rest)
+    result["optimizer"]["unused"] = unused
     Path(args.out).write_text(json.dumps(result))
 
 
@@ -392,6 +450,7 @@ def main() -> int:
                        ("grad_clip", float), ("warmup", int), ("seed", int)):  # fmt: skip
         parser.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None)
     parser.add_argument("--betas", type=float, nargs=2, default=None)
+    parser.add_argument("--muon", default="", help="Muon's settings (JSON); empty: AdamW only")
     args, overrides = parser.parse_known_args()  # the rest: --key=value for our config
     args.overrides = overrides
     if args.side == "lerobot":
@@ -419,7 +478,10 @@ def main() -> int:
         "grad_clip": cfg.train.grad_clip, "seed": cfg.train.seed,
         "global_batch_size": cfg.train.global_batch_size, "scheduler": cfg.scheduler.type,
         "chunk_size": cfg.data.chunk_size, "shuffle_window": cfg.data.shuffle_window,
+        "optimizer": cfg.optimizer.type,
     }  # fmt: skip
+    if cfg.optimizer.type == "muon":
+        recipe["muon"] = dataclasses.asdict(cfg.optimizer.muon)
     options = cfg.model.options
     dims = {name: getattr(options, name) for name in DIMS}
     view = open_view(cfg.data, cfg.train.seed, cfg.train.global_batch_size)
@@ -446,6 +508,7 @@ def main() -> int:
                 "--weight-decay", str(recipe["weight_decay"]), "--grad-clip", str(recipe["grad_clip"]),
                 "--warmup", str(recipe["warmup"]), "--seed", str(recipe["seed"]),
                 "--betas", *map(str, recipe["betas"]), "--dims", json.dumps(dims),
+                "--muon", json.dumps(recipe["muon"]) if "muon" in recipe else "",
             ]  # fmt: skip
             env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
             child = subprocess.Popen(command, stdout=sys.stderr, env=env)  # beside ours

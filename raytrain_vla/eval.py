@@ -81,8 +81,9 @@ def _metaworld(args: argparse.Namespace) -> int:
         args.max_steps, args.record if out else 0, args.workers,
     )  # fmt: skip
     line = mwe.scores_json(
-        scores, tasks=tasks, seed=args.seed, max_steps=args.max_steps, policy=str(args.policy_dir)
-    )
+        scores, tasks=tasks, seed=args.seed, max_steps=args.max_steps,
+        n_action_steps=args.n_action_steps, policy_dir=str(args.policy_dir),
+    )  # fmt: skip
     if out is not None:
         from raytrain_vla.train.metrics import write_rollouts
 

@@ -193,4 +193,8 @@ def evaluate_metaworld(
 
 
 def scores_json(scores: dict[str, ControllerScore], **context) -> str:
+    """One JSON line: the run's context, then each controller's scores under its name."""
+    clash = set(context) & set(scores)
+    if clash:
+        raise ValueError(f"context keys {sorted(clash)} would hide controllers' scores")
     return json.dumps({**context, **{n: s.to_dict() for n, s in scores.items()}})

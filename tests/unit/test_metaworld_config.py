@@ -3,6 +3,7 @@ No MuJoCo here: the tables are plain data and the dataset is written by our own 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,7 @@ from raytrain_vla.data.formats.writer import (
     VideoSpec,
     write_lerobot_dataset,
 )
-from raytrain_vla.sim.metaworld_eval import ControllerScore
+from raytrain_vla.sim.metaworld_eval import ControllerScore, scores_json
 from raytrain_vla.train.preflight import preflight
 
 
@@ -71,6 +72,14 @@ def test_groups_and_overall_rates_are_means_over_tasks():
     assert score.by_group == {"easy": 0.75, "hard": 0.0}
     assert score.success_rate == pytest.approx(0.5)
     assert score.to_dict()["per_task"]["door-open-v3"] == 0.5
+
+
+def test_scores_json_keeps_context_and_every_controller_apart():
+    score = ControllerScore("policy", {"reach-v3": 1.0}, episodes_per_task=1)
+    line = json.loads(scores_json({"policy": score}, seed=1000, policy_dir="runs/x/export"))
+    assert line["policy_dir"] == "runs/x/export" and line["policy"]["success_rate"] == 1.0
+    with pytest.raises(ValueError, match="would hide controllers' scores"):
+        scores_json({"policy": score}, policy="runs/x/export")
 
 
 @pytest.mark.parametrize(
