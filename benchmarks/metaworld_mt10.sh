@@ -1,43 +1,42 @@
 #!/usr/bin/env bash
-# Issue 30: Meta-World MT10 end to end on 2 CPUs, every step a documented command.
-#   1. demos: the scripted experts, 25 successful episodes per task at 64x64 (~13 min);
-#   2. flow_vla (tiny, ~3M parameters, fresh init) on 2 CPU workers: 6000 steps x 64 samples,
-#      constant LR, full shuffle (~22 min);
-#   3. `eval --env metaworld` of its export: 10 episodes per task, LeRobot's protocol (500 steps,
-#      seeds 1000 + k),
-#      next to random actions and the scripted expert (~15-25 min, most of it rendering);
-#   4. SmolVLA at the fixture's tiny SmolVLM config with the recipe that works for it on the
-#      demo task (constant LR, full shuffle, 32x32 inputs; benchmarks/smolvla_learning_check.sh),
-#      3000 steps, then the same evaluation without the baselines.
-# The whole script fits a 180-minute working session with room to spare on 2 cores. Outputs:
-# $OUT/eval_flow_vla/scores.json, $OUT/eval_smolvla/scores.json (and rollouts/*.mp4 in each).
+# Issue 44: Meta-World MT10 on LeRobot's protocol, end to end on 2 CPUs, every step a command.
+#   1. demos: the scripted experts, 50 successful episodes per task in lerobot/metaworld_mt50's
+#      layout (`--layout lerobot`: PNG frames, unclipped actions, LeRobot's task ids) at 128 px;
+#   2. flow_vla (tiny, about 3M parameters, fresh init) on 2 CPU workers: Muon at LR 3e-3 for
+#      every group, cosine decay over STEPS x 64 samples, full shuffle, +-4 px shift augmentation;
+#   3. `eval --env metaworld` of its export: 10 episodes per task as lerobot-eval runs them
+#      (reset seeds 1000 + k, 500-step limit, LeRobot's frames), replanning every N_ACTION_STEPS
+#      of its 8-action chunk, next to random actions and the scripted expert.
+# Prints the MT10 average last. Outputs: $OUT/data, $OUT/flow_vla (run, metrics, export),
+# $OUT/eval_flow_vla/scores.json and rollouts/*.mp4.
 #
-#   benchmarks/metaworld_mt10.sh [OUT] [FIXTURES_DIR]
+#   benchmarks/metaworld_mt10.sh [OUT]
+# Environment: STEPS (default 5000), N_ACTION_STEPS (default 2), EPISODES_PER_TASK (50).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/metaworld_mt10}
-FX=${2:-../shared/fixtures}
+STEPS=${STEPS:-5000}
+N_ACTION_STEPS=${N_ACTION_STEPS:-2}
+EPISODES_PER_TASK=${EPISODES_PER_TASK:-50}
 PY=.venv/bin/python
 export RAYTRAIN_VLA_PROGRESS=${RAYTRAIN_VLA_PROGRESS:-1}
-COMMON=(
-  --data.root="$OUT/data" --ray.storage_path="$OUT" --ray.resume=never
-  --train.global_batch_size=64 --train.micro_batch_size=32 --train.val_interval=1000
-  --train.save_interval=1000 --train.log_interval=50 --scheduler.type=constant
-  --data.shuffle_window=1000000 --logging.wandb_mode=disabled --eval.episodes=0
-)
-EVAL=(--env metaworld --tasks mt10 --episodes 10 --seed 1000 --workers 2)
 
 [ -f "$OUT/data/meta/info.json" ] ||
-  $PY -m raytrain_vla.data_cli metaworld "$OUT/data" --tasks mt10 --episodes-per-task 25 \
-    --image-size 64 --seed 0
+  $PY -m raytrain_vla.data_cli metaworld "$OUT/data" --tasks mt10 \
+    --episodes-per-task "$EPISODES_PER_TASK" --image-size 128 --layout lerobot --seed 0
 
-$PY -m raytrain_vla.run "${COMMON[@]}" --ray.run_name=flow_vla --train.steps=6000 \
-  --train.reshard_after_forward=false
-$PY -m raytrain_vla.eval "$OUT/flow_vla/export" "${EVAL[@]}" --out "$OUT/eval_flow_vla"
+$PY -m raytrain_vla.run --data.root="$OUT/data" --ray.storage_path="$OUT" --ray.resume=never \
+  --ray.run_name=flow_vla --train.steps="$STEPS" --train.global_batch_size=64 \
+  --train.micro_batch_size=32 --train.val_interval=1000 --train.save_interval=1000 \
+  --train.log_interval=50 --train.reshard_after_forward=false \
+  --optimizer.type=muon --optimizer.groups=[] --optimizer.lr=3e-3 --scheduler.type=cosine \
+  --data.shuffle_window=1000000 --data.augment.max_shift_px=4 \
+  --logging.wandb_mode=disabled --eval.episodes=0
 
-$PY -m raytrain_vla.run "${COMMON[@]}" --ray.run_name=smolvla --train.steps=3000 \
-  --model.type=smolvla --model.smolvla.vlm_path="$FX/lerobot_smolvla_tiny/vlm" \
-  --model.smolvla.num_vlm_layers=4 --model.smolvla.resize_imgs_with_padding=[32,32] \
-  --model.smolvla.num_steps=4 --model.smolvla.train_expert_only=false \
-  --model.smolvla.freeze_vision_encoder=false --data.chunk_size=10
-$PY -m raytrain_vla.eval "$OUT/smolvla/export" "${EVAL[@]}" --no-baselines --out "$OUT/eval_smolvla"
+$PY -m raytrain_vla.eval "$OUT/flow_vla/export" --env metaworld --tasks mt10 --episodes 10 \
+  --seed 1000 --n-action-steps "$N_ACTION_STEPS" --workers 2 --out "$OUT/eval_flow_vla"
+
+$PY -c "import json, sys; s = json.load(open(sys.argv[1]))
+for name in ('policy', 'random', 'expert'):
+    if name in s: print(f'MT10 {name}: {s[name][\"success_rate\"]:.2f}', s[name]['per_task'])" \
+  "$OUT/eval_flow_vla/scores.json"
