@@ -30,7 +30,7 @@ from raytrain_vla.models.base import (
     collate_masks,
     encode_targets,
 )
-from raytrain_vla.models.lerobot_format import affine_stats, is_lerobot_dir
+from raytrain_vla.models.lerobot_format import affine_stats, is_lerobot_dir, normalizer_from_stats
 from raytrain_vla.models.lora import merge_lora
 
 LORA = "lora"  # the role of LoRA adapters (`model.lora`)
@@ -295,6 +295,29 @@ def shared_config_problems(config: Any) -> list[str]:
             f"max_action_dim ({config.max_state_dim}, {config.max_action_dim})"
         )
     return problems
+
+
+def lerobot_normalizer(normalizer: Normalizer, norm_map: dict[str, str], family: str) -> Normalizer:
+    """The dataset's statistics applied as LeRobot applies them under `norm_map` (mean/std over
+    std + 1e-8, quantiles to [-1, 1], ...); statistics the map needs but the dataset lacks are
+    an error naming them. A normaliser without state and action statistics is returned as is."""
+    if STATE not in normalizer.stats or ACTION not in normalizer.stats:
+        return normalizer
+    needs = {
+        "QUANTILES": ("q01", "q99"),
+        "QUANTILE10": ("q10", "q90"),
+        "MEAN_STD": ("mean", "std"),
+        "MIN_MAX": ("min", "max"),
+    }
+    for feature, kind in ((STATE, "STATE"), (ACTION, "ACTION")):
+        lacking = [s for s in needs.get(norm_map[kind], ()) if s not in normalizer.stats[feature]]
+        if lacking:
+            raise ValueError(
+                f"the dataset's meta/stats.json has no {lacking} for {feature!r}, which "
+                f"{family} normalises with {norm_map[kind]}; compute them with "
+                "`python -m raytrain_vla.data stats ROOT --force`"
+            )
+    return normalizer_from_stats(normalizer.stats, norm_map, "the dataset's stats")
 
 
 def given_options(options: Any, skip: tuple[str, ...]) -> dict[str, Any]:

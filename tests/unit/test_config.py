@@ -64,7 +64,7 @@ def test_lr_groups_from_the_command_line():
         (["--logging.ray_train_log_level=LOUD"], "'logging.ray_train_log_level'"),
         (
             ["--model.type=octo"],
-            "'model.type': 'octo', expected one of ('flow_vla', 'smolvla', 'toy_mlp', 'pi0', 'pi05')",
+            "'model.type': 'octo', expected one of ('flow_vla', 'smolvla', 'toy_mlp', 'pi0', 'pi05', 'wall_x')",
         ),
         (["--model.smolvla.pad_language_to=short"], "'model.smolvla.pad_language_to': 'short'"),
         (["--model.lora.r=-1"], "'model.lora'"),

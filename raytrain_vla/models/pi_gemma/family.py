@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
-from raytrain_vla.common.normalize import ACTION, STATE, Normalizer
+from raytrain_vla.common.normalize import Normalizer
 from raytrain_vla.common.spec import DataSpec
 from raytrain_vla.config.schema import LoRAConfig
 from raytrain_vla.models.base import InputBudget, PolicyFiles
@@ -28,6 +28,7 @@ from raytrain_vla.models.lerobot_vla import (
     LeRobotVLAFamily,
     camera_wiring,
     given_options,
+    lerobot_normalizer,
     refuse_contradictions,
 )
 from raytrain_vla.models.lora import lora_dict
@@ -210,28 +211,7 @@ class PiFamily(LeRobotVLAFamily):
     def processor(self, config: PiConfig, normalizer: Normalizer) -> PiProcessor:
         """Normalisation as LeRobot computes it from the same statistics with the config's
         `norm_map` (pi0: mean/std over std + 1e-8; pi0.5: q01/q99 to [-1, 1])."""
-        if STATE in normalizer.stats and ACTION in normalizer.stats:
-            needs = {
-                "QUANTILES": ("q01", "q99"),
-                "QUANTILE10": ("q10", "q90"),
-                "MEAN_STD": ("mean", "std"),
-                "MIN_MAX": ("min", "max"),
-            }
-            for feature, kind in ((STATE, "STATE"), (ACTION, "ACTION")):
-                lacking = [
-                    s
-                    for s in needs.get(config.norm_map[kind], ())
-                    if s not in normalizer.stats[feature]
-                ]
-                if lacking:
-                    raise ValueError(
-                        f"the dataset's meta/stats.json has no {lacking} for {feature!r}, which "
-                        f"{self.name} normalises with {config.norm_map[kind]}; compute them with "
-                        "`python -m raytrain_vla.data stats ROOT --force`"
-                    )
-            normalizer = normalizer_from_stats(
-                normalizer.stats, config.norm_map, "the dataset's stats"
-            )
+        normalizer = lerobot_normalizer(normalizer, config.norm_map, self.name)
         return PiProcessor(config, normalizer, load_tokenizer(Path(config.tokenizer_path)))
 
     # --- weights -------------------------------------------------------------------------------
