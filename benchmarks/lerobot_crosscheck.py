@@ -15,7 +15,9 @@ torch < 2.12 and torchvision < 0.27, so it goes in without its pins, beside torc
     python benchmarks/lerobot_crosscheck.py OUT/pretrained_model --lerobot-python /tmp/lrv/bin/python
 
 The policy class follows `config.json`'s `"type"`: smolvla (`SmolVLAPolicy`), pi0
-(`PI0Policy`), pi05 (`PI05Policy`). Both sides get the same batch (camera frames in [0, 1] under
+(`PI0Policy`), pi05 (`PI05Policy`), wall_x (`WallXPolicy`; it needs LeRobot's `wallx` extra:
+`/tmp/lrv/bin/pip install peft torchdiffeq qwen-vl-utils scipy`, and runs in bf16 as LeRobot
+always runs it, so its actions differ from our float32 ones by bf16 rounding). Both sides get the same batch (camera frames in [0, 1] under
 the config's VISUAL input features, state, task strings) and the same noise (B, *our model's
 `noise_shape`). LeRobot runs `make_pre_post_processors(pretrained_path=...)` +
 `.predict_action_chunk(batch, noise=...)` from inside the policy directory (or its parent, when
@@ -49,6 +51,7 @@ POLICY_CLASSES = {  # config.json "type" -> LeRobot 0.6.1 policy class
     "smolvla": ("lerobot.policies.smolvla.modeling_smolvla", "SmolVLAPolicy"),
     "pi0": ("lerobot.policies.pi0.modeling_pi0", "PI0Policy"),
     "pi05": ("lerobot.policies.pi05.modeling_pi05", "PI05Policy"),
+    "wall_x": ("lerobot.policies.wall_x.modeling_wall_x", "WallXPolicy"),
 }
 PI_TYPES = ("pi0", "pi05")
 TASKS = ["pick up the red cube", "open the drawer"]
@@ -65,8 +68,10 @@ def policy_type(policy_dir: str) -> str:
 
 def working_dir(policy_dir: str) -> str:
     """Where LeRobot runs: the policy directory, or its parent when a relative SmolVLA
-    `vlm_model_name` lies there (the shared fixture's layout) and not inside."""
-    name = json.loads((Path(policy_dir) / "config.json").read_text()).get("vlm_model_name", "")
+    `vlm_model_name` or Wall-X `pretrained_name_or_path` lies there (the shared fixtures' layout)
+    and not inside."""
+    config = json.loads((Path(policy_dir) / "config.json").read_text())
+    name = config.get("vlm_model_name") or config.get("pretrained_name_or_path") or ""
     parent = Path(policy_dir).parent
     if name and not Path(name).is_absolute() and not (Path(policy_dir) / name).exists():
         if (parent / name).exists():
@@ -105,6 +110,27 @@ def check_weights(policy, policy_dir: str) -> dict:
     return {"tensors": len(stored), "values": int(sum(t.numel() for t in stored.values()))}
 
 
+def predict_with_noise(policy, batch: dict, noise):
+    """LeRobot's Wall-X `predict_action_chunk` with its one `torch.randn` draw of x_0 (the
+    padded (B, chunk, max_action_dim) noise) replaced by `noise`."""
+    import torch
+
+    draw = torch.randn
+
+    def given(*size, **kwargs):
+        shape = tuple(size[0]) if len(size) == 1 and not isinstance(size[0], int) else size
+        shape = tuple(kwargs.get("size", shape))
+        if shape == tuple(noise.shape):
+            return noise.to(kwargs.get("device", "cpu"), kwargs.get("dtype", torch.float32))
+        return draw(*size, **kwargs)
+
+    torch.randn = given
+    try:
+        return policy.predict_action_chunk(batch)
+    finally:
+        torch.randn = draw
+
+
 def lerobot_side(policy_dir: str, inputs: str, out: str, tiny_spec: str, tokenizer: str) -> None:
     import torch
 
@@ -131,8 +157,12 @@ def lerobot_side(policy_dir: str, inputs: str, out: str, tiny_spec: str, tokeniz
     data = np.load(inputs, allow_pickle=False)
     batch = {key: torch.from_numpy(data[key]) for key in data.files if key not in ("noise", "task")}
     batch["task"] = [str(t) for t in data["task"]]
+    noise = torch.from_numpy(data["noise"])
     with torch.no_grad():
-        actions = policy.predict_action_chunk(pre(batch), noise=torch.from_numpy(data["noise"]))
+        if kind == "wall_x":  # its sampler draws x_0 with torch.randn and takes no noise
+            actions = predict_with_noise(policy, pre(batch), noise)
+        else:
+            actions = policy.predict_action_chunk(pre(batch), noise=noise)
     np.save(out, post(actions).numpy())
 
 

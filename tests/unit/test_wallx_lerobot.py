@@ -189,3 +189,33 @@ def test_each_structural_fact_moves_the_training_path_past_tolerance(fx, monkeyp
         fx.model.prefix_embeddings(batch), batch, x_t, wallx_time, batch["dof_mask"]
     )
     assert np.abs(v.detach().numpy() - fx.ref["f32.train.v_t"]).max() > 1e-4
+
+
+def test_a_lerobot_export_writes_back_lerobot_s_files(fx, tmp_path):
+    """Tensors (keys, LeRobot's dtypes, values), config and processors as LeRobot wrote them;
+    the base LeRobot builds from goes beside them (its name would not resolve from elsewhere)."""
+    from raytrain_vla.models.registry import get_family
+
+    out = get_family("wall_x").write_foreign(
+        "lerobot", tmp_path / "pretrained_model", fx.model.state_dict(),
+        fx.policy.meta.model_config, fx.policy.normalizer,
+    )  # fmt: skip
+    for name in ("model.safetensors", "policy_preprocessor_step_3_normalizer_processor.safetensors",
+                 "policy_postprocessor_step_0_unnormalizer_processor.safetensors"):  # fmt: skip
+        theirs, ours = load_file(str(fx.pretrained / name)), load_file(str(out / name))
+        assert sorted(theirs) == sorted(ours), name
+        for key, tensor in theirs.items():
+            assert ours[key].dtype == tensor.dtype and torch.equal(ours[key], tensor), key
+    for name in ("policy_preprocessor.json", "policy_postprocessor.json"):
+        assert json.loads((out / name).read_text()) == json.loads(
+            (fx.pretrained / name).read_text()
+        )
+    config = json.loads((out / "config.json").read_text())
+    assert config.pop("pretrained_name_or_path") == str(out / "base")
+    expected = json.loads((fx.pretrained / "config.json").read_text())
+    expected.pop("pretrained_name_or_path")
+    assert config == expected
+    reloaded = policy.load(out)
+    assert reloaded.meta.model_config.base_path == str(out / "base")
+    for key, tensor in reloaded.model.state_dict().items():
+        assert torch.equal(tensor, fx.model.state_dict()[key]), key

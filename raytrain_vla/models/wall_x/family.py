@@ -12,9 +12,10 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors import safe_open
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from transformers import AutoTokenizer
 
+from raytrain_vla.common.atomic import replacing_directory
 from raytrain_vla.common.normalize import Normalizer
 from raytrain_vla.common.spec import DataSpec
 from raytrain_vla.config.schema import LoRAConfig
@@ -27,6 +28,7 @@ from raytrain_vla.models.lerobot_format import (
     normalizer_from_stats,
     read_stats,
     rename_lerobot_state,
+    write_policy_files,
 )
 from raytrain_vla.models.lerobot_vla import (
     LeRobotVLAFamily,
@@ -269,6 +271,46 @@ class WallXFamily(LeRobotVLAFamily):
         state = rename_lerobot_state(theirs, self.lerobot_key_map(skeleton), path)
         state = {name: tensor.float() for name, tensor in state.items()}
         return PolicyFiles(state, config, self.policy_spec(config), normalizer)
+
+    def write_foreign(
+        self,
+        fmt: str,
+        out_dir: Path,
+        state: dict[str, torch.Tensor],
+        config: WallXConfig,
+        normalizer: Normalizer,
+    ) -> Path:
+        """LeRobot's `pretrained_model/` layout: what `WallXPolicy.from_pretrained` and
+        `make_pre_post_processors(pretrained_path=...)` load, in LeRobot's dtypes (bf16 but the
+        norms and the action head). LeRobot builds every policy from its base checkpoint first:
+        a base that is a Hugging Face name in the local cache keeps its name; otherwise the base's
+        config, processor and tokenizer go to `base/` with these weights in the base's layout,
+        and `pretrained_name_or_path` is that directory's absolute path."""
+        if fmt != "lerobot":
+            raise ValueError(
+                f"model type {self.name!r} exports formats {self.foreign_formats}, not {fmt!r}"
+            )
+        out_dir = Path(out_dir).expanduser().resolve()
+        hub = lerobot_io.cached_hub_name(config.base_name)
+        base_name = config.base_name if hub else str(out_dir / BASE_DIR)
+        lerobot = lerobot_io.config_to_lerobot(config, base_name)
+        stats = self.lerobot_stats(config, normalizer)
+        with replacing_directory(out_dir) as staging:
+            write_policy_files(
+                staging, lerobot_io.lerobot_state(state), lerobot,
+                lerobot_io.processor_files(config, lerobot), stats, lerobot_io.PRE_STATS,
+            )  # fmt: skip
+            if not hub:
+                base = staging / BASE_DIR
+                base.mkdir()
+                for name in lerobot_io.BASE_FILES:
+                    shutil.copyfile(Path(config.base_path) / name, base / name)
+                weights = {
+                    lerobot_io.to_base_key(name): tensor.to(torch.bfloat16).contiguous()
+                    for name, tensor in state.items()
+                }
+                save_file(weights, str(base / WEIGHTS))
+        return out_dir
 
 
 FAMILY = WallXFamily()

@@ -198,3 +198,103 @@ def config_from_lerobot(
         "norm_map": dict(data["normalization_mapping"]),
         "lerobot_extra": {k: v for k, v in data.items() if k not in _SHARED},
     }
+
+
+# --- writing LeRobot's files -------------------------------------------------------------------
+
+PRE_STATS = "policy_preprocessor_step_3_normalizer_processor.safetensors"
+# LeRobot's `to_bfloat16_for_selected_params`: these stay float32, the rest is bf16.
+_FLOAT32_PARTS = (
+    "input_layernorm",
+    "post_attention_layernorm",
+    "model.norm",
+    "action_preprocessor",
+)
+# WallXConfig's other fields at LeRobot's defaults (a fresh export has no template).
+_LEROBOT_DEFAULTS: dict[str, Any] = {
+    "type": "wall_x", "n_obs_steps": 1, "device": "cpu", "use_amp": False, "use_peft": False,
+    "push_to_hub": False, "repo_id": None, "private": None, "tags": None, "license": None,
+    "pretrained_path": None, "pretrained_revision": None, "action_tokenizer_path": None,
+    "prediction_mode": "diffusion", "attn_implementation": "eager",
+    "vision_attn_implementation": "auto", "optimizer_lr": 2e-05, "optimizer_betas": [0.9, 0.95],
+    "optimizer_eps": 1e-08, "optimizer_weight_decay": 0.01, "optimizer_grad_clip_norm": 1.0,
+    "scheduler_warmup_steps": 1000, "scheduler_decay_steps": 100000, "scheduler_decay_lr": 1e-06,
+}  # fmt: skip
+
+
+def lerobot_dtype(key: str) -> Any:
+    """The dtype LeRobot's `WallXPolicy` holds (and saves) the tensor under `key` in."""
+    import torch
+
+    return torch.float32 if any(part in key for part in _FLOAT32_PARTS) else torch.bfloat16
+
+
+def lerobot_state(state: dict[str, Any]) -> dict[str, Any]:
+    """Our state dict under LeRobot's keys and dtypes, the tied embedding as `lm_head` only."""
+    out = {}
+    for name, tensor in state.items():
+        key = LM_HEAD_KEY if name == "embed_tokens.weight" else to_lerobot_key(name)
+        out[key] = tensor.to(lerobot_dtype(key))
+    return out
+
+
+def config_to_lerobot(config: Any, base_name: str) -> dict[str, Any]:
+    """LeRobot's `config.json` for `config` (its own keys, in its order when we read one)."""
+    features = {
+        cam: {"type": "VISUAL", "shape": list(shape)}
+        for cam, shape in zip(config.cameras, config.camera_shapes, strict=True)
+    }
+    features["observation.state"] = {"type": "STATE", "shape": [config.state_dim]}
+    ours = {
+        **{k: getattr(config, k) for k in _SHARED},
+        "type": "wall_x",
+        "input_features": features,
+        "output_features": {"action": {"type": "ACTION", "shape": [config.action_dim]}},
+        "normalization_mapping": dict(config.norm_map),
+        "pretrained_name_or_path": base_name,
+    }
+    template = dict(config.lerobot_extra) or dict(_LEROBOT_DEFAULTS)
+    out = {k: ours.get(k, v) for k, v in template.items()}
+    out.update({k: v for k, v in ours.items() if k not in out})
+    return json.loads(json.dumps(out))
+
+
+def processor_files(config: Any, lerobot: dict[str, Any]) -> tuple[dict, dict]:
+    """LeRobot's pre/post-processor JSON (`make_wall_x_pre_post_processors`)."""
+    from raytrain_vla.models.lerobot_format import device_step, normalizer_step, unnormalizer_step
+
+    features = {**lerobot["input_features"], "action": lerobot["output_features"]["action"]}
+    renames = {
+        src: cam
+        for cam, src in zip(config.cameras, config.camera_sources, strict=True)
+        if src and src != cam
+    }
+    pre = {
+        "name": "policy_preprocessor",
+        "steps": [
+            {"registry_name": "rename_observations_processor", "config": {"rename_map": renames}},
+            {"registry_name": "to_batch_processor", "config": {}},
+            {"registry_name": "wall_x_task_processor", "config": {}},
+            normalizer_step(features, dict(config.norm_map), PRE_STATS),
+            device_step(lerobot.get("device") or "cpu"),
+        ],
+    }
+    post = {
+        "name": "policy_postprocessor",
+        "steps": [unnormalizer_step(features["action"], dict(config.norm_map)), device_step("cpu")],
+    }
+    return pre, post
+
+
+def cached_hub_name(name: str) -> bool:
+    """`name` is a Hugging Face repository id in the local cache (LeRobot resolves it there)."""
+    if Path(name).expanduser().exists() or name.count("/") != 1:
+        return False
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        snapshot_download(name, local_files_only=True)
+    except (LocalEntryNotFoundError, OSError, ValueError):
+        return False
+    return True
