@@ -184,11 +184,14 @@ def our_side(
         load_kwargs["tokenizer"] = tokenizer
     ours = policy.load(policy_dir, options=options or None, **load_kwargs)
     features = json.loads((Path(policy_dir) / "config.json").read_text())["input_features"]
-    cameras = {k: tuple(v["shape"]) for k, v in features.items() if v["type"] == "VISUAL"}
+    visual = {k: tuple(v["shape"]) for k, v in features.items() if v["type"] == "VISUAL"}
     state_dim = int(features["observation.state"]["shape"][0])
-    if set(cameras) != set(ours.camera_shapes) or state_dim != ours.state_dim:
+    # The batch is keyed as the robot's data is (before the preprocessor's rename map): the
+    # cameras policy.load reads.
+    cameras = dict(ours.camera_shapes)
+    if len(cameras) != len(visual) or state_dim != ours.state_dim:
         raise SystemExit(
-            f"config.json's cameras {cameras} / state {state_dim} are not what policy.load "
+            f"config.json's cameras {visual} / state {state_dim} are not what policy.load "
             f"reads: {ours.camera_shapes} / {ours.state_dim}"
         )
     rng = np.random.default_rng(seed)

@@ -94,7 +94,9 @@ def flat_stats(stats: dict[str, dict[str, np.ndarray]], visual: set[str]) -> dic
     flat = {}
     for feature, s in stats.items():
         for stat, value in s.items():
-            tensor = torch.from_numpy(np.ascontiguousarray(value, dtype=np.float32))
+            # A copy: two model cameras fed by one dataset camera share its statistics' arrays,
+            # and safetensors refuses tensors that share memory.
+            tensor = torch.tensor(np.asarray(value, dtype=np.float32))
             if feature in visual and tensor.ndim == 1:  # LeRobot's _reshape_visual_stats
                 tensor = tensor.reshape(-1, 1, 1)
             flat[f"{feature}.{stat}"] = tensor

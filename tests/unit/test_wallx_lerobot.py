@@ -95,8 +95,9 @@ def test_the_processor_builds_lerobot_s_model_inputs_from_the_raw_batch(fx):
         close(encoded[f"image/{cam}"], fx.ref[f"model_in.resized.{cam}"], cam)
     ours = {
         "input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"].long(),
-        "position_ids": batch["position_ids"], "pixel_values": batch["pixel_values"],
-        "image_grid_thw": batch["image_grid_thw"], "proprioception": batch["state"],
+        "position_ids": batch["position_ids"].transpose(0, 1),
+        "pixel_values": batch["pixel_values"].reshape(-1, batch["pixel_values"].shape[-1]),
+        "image_grid_thw": batch["image_grid_thw"].reshape(-1, 3), "proprioception": batch["state"],
         "agent_pos_mask": batch["state_mask"], "action_chunk": batch["actions"],
         "dof_mask": batch["dof_mask"],
     }  # fmt: skip
@@ -109,7 +110,8 @@ def test_the_processor_builds_lerobot_s_model_inputs_from_the_raw_batch(fx):
 def test_the_float32_training_path_matches_lerobot_s(fx):
     close(fx.losses(), fx.ref["f32.train.losses"], "f32.train.losses")
     _, batch = fx.batch()
-    images = fx.model.visual(batch["pixel_values"], grid_thw=batch["image_grid_thw"]).pooler_output
+    pixels, grids = batch["pixel_values"], batch["image_grid_thw"]
+    images = fx.model.visual(pixels.flatten(0, 1), grid_thw=grids.flatten(0, 1)).pooler_output
     close(images, fx.ref["f32.inter.image_embeds"], "f32.inter.image_embeds")
     noise = torch.from_numpy(fx.ref["train.noise"])
     time = 1.0 - torch.from_numpy(fx.ref["train.time"])

@@ -100,18 +100,15 @@ class WallXFamily(LeRobotVLAFamily):
         cameras, sources = camera_wiring(
             list(base.cameras), dict(options.cameras), spec, fixed, f"{KEY}.cameras"
         )
-        missing = [cam for cam, src in zip(cameras, sources, strict=True) if not src]
-        if missing:
-            raise ValueError(
-                f"no dataset camera feeds the model's {missing}; wall_x reads every camera it was "
-                f"trained with: map them with {KEY}.cameras={{MODEL_CAMERA: DATASET_CAMERA}}"
-            )
         chunk = spec.chunk_size
         steps = options.n_action_steps
         fields = {
             "cameras": tuple(cameras),
             "camera_sources": tuple(sources),
-            "camera_shapes": tuple(tuple(spec.camera_shapes[src]) for src in sources),
+            "camera_shapes": tuple(
+                tuple(spec.camera_shapes[src]) if src else base.camera_shapes[i]
+                for i, src in enumerate(sources)
+            ),
             "state_dim": spec.state_dim,
             "action_dim": spec.action_dim,
             "chunk_size": chunk,
@@ -150,11 +147,20 @@ class WallXFamily(LeRobotVLAFamily):
                 raise
 
     def notes(self, config: WallXConfig) -> list[str]:
+        wiring = list(zip(config.cameras, config.camera_sources, config.camera_shapes, strict=True))
         sizes = ", ".join(
             f"{src} {h}x{w} -> {'x'.join(map(str, model_size(h, w, config)))}"
-            for src, (_, h, w) in zip(config.camera_sources, config.camera_shapes, strict=True)
+            for _, src, (_, h, w) in wiring
+            if src
         )
-        return [
+        unfed = [cam for cam, src, _ in wiring if not src]
+        notes = []
+        if unfed:
+            notes.append(
+                f"wall_x: no dataset camera feeds the model's {unfed}; as LeRobot's wall_x on a "
+                "batch without them, the prompt leaves them out"
+            )
+        return notes + [
             f"wall_x: state and actions are normalised as LeRobot's wall_x config says (state "
             f"{config.norm_map['STATE']}, action {config.norm_map['ACTION']}; data.normalization "
             f"does not apply); cameras are resized as LeRobot's wall_x resizes them ({sizes}); the "

@@ -240,9 +240,12 @@ def lerobot_state(state: dict[str, Any]) -> dict[str, Any]:
 
 def config_to_lerobot(config: Any, base_name: str) -> dict[str, Any]:
     """LeRobot's `config.json` for `config` (its own keys, in its order when we read one)."""
-    features = {
+    features = {  # the cameras the policy was trained with (LeRobot's wall_x reads them all)
         cam: {"type": "VISUAL", "shape": list(shape)}
-        for cam, shape in zip(config.cameras, config.camera_shapes, strict=True)
+        for cam, src, shape in zip(
+            config.cameras, config.camera_sources, config.camera_shapes, strict=True
+        )
+        if src
     }
     features["observation.state"] = {"type": "STATE", "shape": [config.state_dim]}
     ours = {

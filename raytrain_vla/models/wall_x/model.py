@@ -110,9 +110,10 @@ class WallXModel(VLAModel):
         the trailing action rows are filled per flow step (`velocity`)."""
         input_ids = batch["input_ids"]
         embeds = self.embed_tokens(input_ids)
+        pixels = batch["pixel_values"]  # (B, patches, values): all images in one packed call
         images = self.visual(
-            batch["pixel_values"].to(self.visual.patch_embed.proj.weight.dtype),
-            grid_thw=batch["image_grid_thw"],
+            pixels.reshape(-1, pixels.shape[-1]).to(self.visual.patch_embed.proj.weight.dtype),
+            grid_thw=batch["image_grid_thw"].reshape(-1, 3),
         ).pooler_output
         image_rows = (input_ids == self.config.image_token_id)[..., None]
         embeds = embeds.masked_scatter(image_rows, images.to(embeds.dtype))
@@ -135,7 +136,8 @@ class WallXModel(VLAModel):
         hidden = torch.cat([prefix[:, :-chunk], actions.to(prefix.dtype)], dim=1)
         is_action = batch["input_ids"] == self.config.action_token_id
         mask = island_mask(batch["attention_mask"], is_action, hidden.dtype)
-        cos_sin = mrope_cos_sin(batch["position_ids"], self.config, hidden.dtype)
+        positions = batch["position_ids"].transpose(0, 1)  # (3, B, L)
+        cos_sin = mrope_cos_sin(positions, self.config, hidden.dtype)
         for layer in self.layers:
             hidden = layer(hidden, mask, cos_sin, is_action)
         hidden = self.norm(hidden.to(self.norm.weight.dtype))

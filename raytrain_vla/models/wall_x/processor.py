@@ -3,9 +3,10 @@
 Read tasks (`encode`): LeRobot's two uint8 resizes of every camera, the task with a final period,
 the chat prompt with one `<|image_pad|>` per merged vision token, its Qwen tokens and 3-D RoPE
 positions right-aligned in a `TOKENIZER_MAX_LENGTH` row (left padding), and the normalised state.
-Micro-batches (`collate`): the HF image processor's patches (sample-major, camera-minor), the
-rows trimmed to the longest prompt, state and actions zero-padded with presence masks (NaN
-entries are absent: 0 with mask 0).
+Micro-batches (`collate`): the HF image processor's patches (B, patches, values) in camera order
+with their grids (B, cameras, 3), the rows and their positions (B, 3, L) trimmed to the longest
+prompt, state and actions zero-padded with presence masks (NaN entries are absent: 0 with mask
+0). Every tensor is batch-first, as the trainer slices and sanitises samples.
 """
 
 from __future__ import annotations
@@ -186,9 +187,9 @@ class WallXProcessor(InputProcessor):
         batch: dict[str, Any] = {
             "input_ids": ids[:, first:],
             "attention_mask": valid[:, first:],
-            "position_ids": t(cols["position_ids"]).long().permute(1, 0, 2)[:, :, first:],
-            "pixel_values": torch.cat(patches, dim=1).reshape(-1, cfg.patch_values),
-            "image_grid_thw": torch.stack(grids, dim=1).reshape(-1, 3),
+            "position_ids": t(cols["position_ids"]).long()[:, :, first:],
+            "pixel_values": torch.cat(patches, dim=1),
+            "image_grid_thw": torch.stack(grids, dim=1),
             "state": state,
             "state_mask": state_mask,
         }
