@@ -57,7 +57,6 @@ class WallXFamily(LeRobotVLAFamily):
     config_type = WallXConfig
     model_type = WallXModel
     uses_data_image_size = False  # LeRobot's resizes decide the image size
-    supports_lora = False
 
     def resolve_config(
         self,
@@ -69,8 +68,11 @@ class WallXFamily(LeRobotVLAFamily):
         """The LeRobot checkpoint's config when `init_from` is one, else the base checkpoint's
         architecture with LeRobot's defaults; then the options given and the dataset's shapes."""
         options.check(KEY)
-        if lora_dict(lora):
-            raise ValueError(f"'model.lora' is not supported by {self.name} yet")
+        if lora_dict(lora) and options.train_action_expert_only:
+            raise ValueError(
+                f"'{KEY}.train_action_expert_only' true freezes the language model, but "
+                f"'model.lora.r' {lora.r} adapts it: leave train_action_expert_only unset (or false)"
+            )
         if init_from and is_lerobot_dir(init_from):
             policy_dir = Path(init_from).expanduser()
             data = json.loads((policy_dir / CONFIG).read_text())
@@ -112,6 +114,7 @@ class WallXFamily(LeRobotVLAFamily):
             "state_dim": spec.state_dim,
             "action_dim": spec.action_dim,
             "chunk_size": chunk,
+            "lora": lora_dict(lora),
             "n_action_steps": steps
             if steps is not None
             else min(base.n_action_steps, chunk)
@@ -205,20 +208,26 @@ class WallXFamily(LeRobotVLAFamily):
         with torch.no_grad(), safe_open(str(path), framework="pt") as f:
             keys = set(f.keys())
             for name, tensor in own.items():
+                if ".lora_" in name:
+                    continue  # adapters start fresh
                 key = lerobot_io.to_base_key(name)
                 if key not in keys and name == "embed_tokens.weight":
                     key = "lm_head.weight"  # the tie, stored on the other side
                 if key in keys:
                     tensor.copy_(f.get_tensor(key))
                     loaded.append(name)
-        missing = sorted(set(own) - loaded)
+        missing = sorted(n for n in set(own) - set(loaded) if ".lora_" not in n)
         if missing:
             raise ValueError(f"{path}: lacks {len(missing)} Wall-OSS weights, e.g. {missing[:3]}")
         return sorted(loaded)
 
     def lerobot_key_map(self, model: WallXModel) -> dict[str, str]:
         """{our name: LeRobot key}; the tied embedding is stored as `model.lm_head.weight`."""
-        mapping = {name: lerobot_io.to_lerobot_key(name) for name in model.state_dict()}
+        mapping = {
+            name: lerobot_io.to_lerobot_key(name)
+            for name in model.state_dict()
+            if ".lora_" not in name
+        }
         mapping["embed_tokens.weight"] = lerobot_io.LM_HEAD_KEY
         return mapping
 
@@ -295,6 +304,13 @@ class WallXFamily(LeRobotVLAFamily):
         if fmt != "lerobot":
             raise ValueError(
                 f"model type {self.name!r} exports formats {self.foreign_formats}, not {fmt!r}"
+            )
+        fed = [src for src in config.camera_sources if src]
+        if len(set(fed)) < len(fed):
+            raise ValueError(
+                "the policy feeds several model cameras from one dataset camera "
+                f"({dict(zip(config.cameras, config.camera_sources, strict=True))}); LeRobot's "
+                "rename map feeds each from its own key: export it as 'raytrain'"
             )
         out_dir = Path(out_dir).expanduser().resolve()
         hub = lerobot_io.cached_hub_name(config.base_name)

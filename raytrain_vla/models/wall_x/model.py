@@ -27,6 +27,7 @@ from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import (
 
 from raytrain_vla.models.base import ACTION_EXPERT, BACKBONE, LANGUAGE, VISION, VLAModel
 from raytrain_vla.models.lerobot_vla import LORA
+from raytrain_vla.models.lora import inject_lora
 from raytrain_vla.models.wall_x.config import WallXConfig
 from raytrain_vla.models.wall_x.layers import (
     ACTION_EXPERT_INDEX,
@@ -80,6 +81,11 @@ class WallXModel(VLAModel):
         self.layers = nn.ModuleList(WallXDecoderLayer(config, i) for i in range(config.num_layers))
         self.norm = Qwen2_5_VLRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.action_head = ActionHead(config)
+        if config.lora:  # LeRobot's `add_lora`: adapters on the language model's layers
+            inject_lora(self, config.lora, r"layers\.\d+\.")
+
+    def fresh_parameters(self) -> set[str]:
+        return {name for name, _ in self.named_parameters() if ".lora_" in name}
 
     @classmethod
     def role_of(cls, param_name: str) -> str:
@@ -102,6 +108,25 @@ class WallXModel(VLAModel):
 
     def activation_checkpoint_units(self) -> list[nn.Module]:
         return [*self.visual.blocks, *self.layers]
+
+    def frozen_parameters(self) -> set[str]:
+        """LeRobot's freezing as roles: `freeze_vision_encoder` the vision tower,
+        `train_action_expert_only` all but the action expert and head; under LoRA (peft wraps
+        the language model) its base weights, as LeRobot's `add_lora` leaves them. Plus what no
+        output reads: the last layer's VLM expert (only the action rows leave the model)."""
+        cfg = self.config
+        roles = {VISION} if cfg.freeze_vision_encoder else set()
+        if cfg.train_action_expert_only:
+            roles |= {VISION, LANGUAGE, BACKBONE}
+        language = ("embed_tokens.", "norm.", "layers.")
+        unused = f"layers.{cfg.num_layers - 1}.moe.experts.0."
+        return {
+            name
+            for name, _ in self.named_parameters()
+            if self.role_of(name) in roles
+            or name.startswith(unused)
+            or (cfg.lora and name.startswith(language) and ".lora_" not in name)
+        }
 
     # --- the pass ------------------------------------------------------------------------------
 
