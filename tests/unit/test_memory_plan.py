@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 import pytest
 import torch
+from _paths import fixtures_root
 from torch import nn
 
 from raytrain_vla import plan_memory
@@ -267,6 +268,21 @@ def test_json_output_and_overrides_work_as_for_train(demo, capsys):
         + max(first["gathered"] + first["activations"], first["step_transient"])
     )  # fmt: skip
     assert result["activations"]["micro_batch"] == 32 and result["gpu_memory_gb"] == 80
+
+
+def test_wall_x_is_planned_with_its_frozen_last_vlm_expert(demo, capsys):
+    """Wall-OSS's vision tower needs real grid values, so its activations are counted on CPU;
+    the last layer's VLM expert gets no gradient (only action rows leave the model)."""
+    base = fixtures_root() / "lerobot_wallx_tiny" / "base"
+    args = [f"--data.root={demo}", "--model.type=wall_x", f"--model.wall_x.base_path={base}"]
+    code, out, _ = run(capsys, *args, "--json", "--world-sizes", "1,2",
+                       "--train.micro_batch_size=2")  # fmt: skip
+    assert code == 0
+    result = json.loads(out)
+    assert result["model_type"] == "wall_x" and result["params"] == 268_640  # LeRobot's count
+    assert result["frozen"] > 0 and result["activations"]["measured_on"] == "cpu"
+    one, two = result["plans"]
+    assert two["params"] * 2 == one["params"] and two["total"] < one["total"]
 
 
 @pytest.mark.parametrize(
