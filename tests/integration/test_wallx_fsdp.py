@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from _fsdp_step import one_step
 from _spawn import run_distributed
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule
-from torch.distributed.tensor import DTensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from _paths import fixtures_root  # noqa: E402
@@ -50,18 +50,6 @@ def fixture_batch():
     encoded = loaded.processor.encode(cols)
     noise, time = torch.from_numpy(ref["train.noise"]), torch.from_numpy(ref["train.time"])
     return loaded, encoded, noise, time
-
-
-def one_step(model, processor, encoded, noise, time, rows) -> tuple[torch.Tensor, dict]:
-    batch = processor.collate({k: v[rows] for k, v in encoded.items()}, "cpu")
-    loss = model(batch, noise[rows], time[rows]).mean()
-    loss.backward()
-    grads = {}
-    for name, param in model.named_parameters():
-        if param.grad is not None:
-            grad = param.grad
-            grads[name] = grad.full_tensor() if isinstance(grad, DTensor) else grad.clone()
-    return loss.detach(), grads
 
 
 def sharded(rank: int, world: int, checkpointing: bool, precision: str = "fp32") -> dict:
