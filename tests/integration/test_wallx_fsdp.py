@@ -15,19 +15,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _fsdp_step import one_step
+from _fsdp_step import one_step, sharded_copy
 from _spawn import run_distributed
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from _paths import fixtures_root  # noqa: E402
 
 from raytrain_vla import policy  # noqa: E402
-from raytrain_vla.config.schema import OptimizerConfig, TrainConfig  # noqa: E402
-from raytrain_vla.models.registry import get_family  # noqa: E402
-from raytrain_vla.train.fsdp import apply_fsdp  # noqa: E402
-from raytrain_vla.train.materialize import materialize_from_rank0, meta_model  # noqa: E402
+from raytrain_vla.config.schema import OptimizerConfig  # noqa: E402
 from raytrain_vla.train.optim import freeze_for_config  # noqa: E402
 
 
@@ -54,12 +50,7 @@ def fixture_batch():
 
 def sharded(rank: int, world: int, checkpointing: bool, precision: str = "fp32") -> dict:
     loaded, encoded, noise, time = fixture_batch()
-    model = meta_model(get_family("wall_x"), loaded.model.config)
-    freeze_for_config(model, OptimizerConfig())
-    cfg = TrainConfig(precision=precision, activation_checkpointing=checkpointing)
-    apply_fsdp(model, init_device_mesh("cpu", (world,)), cfg)
-    full = loaded.model.state_dict() if rank == 0 else None
-    materialize_from_rank0(model, full, torch.device("cpu"))
+    model = sharded_copy("wall_x", loaded.model, rank, world, precision, checkpointing)
     units = {
         name: sum(p.to_local().numel() for p in unit.parameters()) / sum(
             p.numel() for p in unit.parameters())
