@@ -31,24 +31,28 @@ def _demo(args: argparse.Namespace) -> None:
 
 
 def _metaworld(args: argparse.Namespace) -> None:
-    """Expert demonstrations of Meta-World tasks, with the expert's success rate per task."""
-    from raytrain_vla.data.metaworld_demos import write_metaworld_dataset
+    """Meta-World roll-outs (the expert's, or a policy's labelled by the expert) with each
+    task's success rate."""
+    from raytrain_vla.data.metaworld_demos import OnPolicy, write_metaworld_dataset
 
+    if args.policy is None and args.n_action_steps is not None:
+        raise ValueError("--n-action-steps applies with --policy only")
+    on_policy = OnPolicy(args.policy, args.n_action_steps) if args.policy else None
     start = time.perf_counter()
     root, report = write_metaworld_dataset(
-        args.out,
-        args.tasks,
-        args.episodes_per_task,
-        args.image_size,
-        args.seed,
-        args.max_steps,
-        args.layout,
-    )
+        args.out, args.tasks, args.episodes_per_task, args.image_size, args.seed,
+        args.max_steps, args.layout, args.base, on_policy,
+    )  # fmt: skip
     for task, r in report.items():
-        print(
-            f"  {task:<28} kept {r['episodes']:>4} of {r['attempts']:>4} expert episodes "
-            f"(success {r['expert_success_rate']:.0%})"
-        )
+        if on_policy is None:
+            what = f"kept {r['episodes']:>4} of {r['attempts']:>4} expert episodes"
+            rate = r["expert_success_rate"]
+        else:
+            what, rate = (
+                f"{r['episodes']:>4} policy episodes labelled by the expert",
+                r["policy_success_rate"],
+            )
+        print(f"  {task:<28} {what} (success {rate:.0%})")
     meta = LeRobotMeta.load(root)
     print(
         f"wrote {root}: {meta.num_episodes} episodes, {meta.total_frames} frames, "
@@ -156,12 +160,27 @@ def main(argv: list[str] | None = None) -> int:
     metaworld.add_argument(
         "--layout",
         choices=["ours", "lerobot"],
-        default="ours",
-        help="ours: one mp4 camera, clipped actions; lerobot: lerobot/metaworld_mt50's layout "
-        "(PNG frames, environment state, reward, success, task_id, unclipped actions)",
+        default=None,
+        help="ours (default): one mp4 camera, clipped actions; lerobot: lerobot/metaworld_mt50's "
+        "layout (PNG frames, environment state, reward, success, task_id, unclipped actions)",
     )
-    metaworld.add_argument("--seed", type=int, default=0)
-    metaworld.add_argument("--max-steps", type=_positive, default=500)
+    metaworld.add_argument("--seed", type=int, default=0, help="episode k resets with seed + k")
+    metaworld.add_argument("--max-steps", type=_positive, default=None, help="default 500")
+    metaworld.add_argument(
+        "--base",
+        default=None,
+        help="a dataset `data metaworld` wrote: its episodes come first, and its layout, image "
+        "size and step limit apply (to add demos, or on-policy episodes for DAgger)",
+    )
+    metaworld.add_argument(
+        "--policy",
+        default=None,
+        help="an exported policy that drives while the expert labels each state it reaches "
+        "(DAgger); every episode is kept",
+    )
+    metaworld.add_argument(
+        "--n-action-steps", type=_positive, default=None, help="--policy: replan every K actions"
+    )
     metaworld.set_defaults(func=_metaworld)
     stats = sub.add_parser("stats", help="compute meta/stats.json with Ray Data")
     stats.add_argument("root", help="LeRobot dataset root")

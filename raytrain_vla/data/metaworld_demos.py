@@ -9,6 +9,12 @@ evaluation's, default 1000 on) and keeps only episodes the expert finishes succe
 same command writes the same dataset. The expert's success rate per task is returned and written
 to `meta/metaworld.json`.
 
+A dataset can grow (`--base`): a new one holds the base's episodes first, copied episode for
+episode (`formats.episodes`), then its own, with one normalisation over both. With `--policy`
+(DAgger) a trained policy drives instead of the expert, the expert labels every state it
+reaches, and every episode is kept: the states a policy drifts into, labelled, are what
+imitation of the expert's own episodes never shows it (Ross et al. 2011).
+
 Two layouts:
 - `ours` (default): one mp4 camera, LeRobot's Meta-World names for state and action, actions
   clipped to [-1, 1] as the env executes them; small and fast to decode.
@@ -24,16 +30,18 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from raytrain_vla.common.atomic import refuse_non_empty
 from raytrain_vla.common.metaworld_tasks import TASK_INDEX, check_max_steps, resolve_tasks
+from raytrain_vla.data.formats.episodes import read_episodes
 from raytrain_vla.data.formats.writer import DatasetSpec, DatasetWriter, EpisodeData, VideoSpec
 from raytrain_vla.sim import metaworld_env as mw
+from raytrain_vla.sim.metaworld_eval import policy_controller
 
 # h264 at crf 18: near-lossless for 32-128 px frames, and fast to encode and decode on CPU.
 VIDEO = VideoSpec("libx264", 18, 2, "medium")
@@ -46,12 +54,14 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TaskDemos:
-    """What a task's roll-out did, after its episodes: attempts and each kept episode's seed."""
+    """What a task's roll-out did, after its episodes: attempts, each kept episode's seed and,
+    when a policy drove, how many of its episodes it finished successfully."""
 
     task: str
     episodes: int
     attempts: int
     seeds: list[int]  # the reset seed of each kept episode
+    successes: int = 0
 
 
 def dataset_spec(layout: str) -> DatasetSpec:
@@ -78,27 +88,40 @@ def roll_out_task(
     max_steps: int,
     max_attempts: int,
     layout: str = "ours",
+    make_policy: Callable[[], object] | None = None,
 ) -> Iterator[EpisodeData | TaskDemos]:
     """The expert's first `episodes` successes on `task` (at most `max_attempts` tries), one
-    `EpisodeData` at a time, then the `TaskDemos` summary."""
+    `EpisodeData` at a time, then the `TaskDemos` summary.
+
+    With `make_policy` (DAgger), the policy drives and the expert only labels: each recorded
+    action is the expert's at the state the policy reached, and every episode is kept, whether
+    the policy finished it or not (its failures are where the labels matter most)."""
     env = mw.MetaWorldTask(task, image_size, max_steps)
-    kept, seeds, attempt = 0, [], 0
+    policy = None
+    if make_policy is not None:
+        import torch
+
+        torch.set_num_threads(1)  # one roll-out per CPU
+        policy = make_policy()
+    kept, seeds, attempt, successes = 0, [], 0, 0
     try:
         while kept < episodes and attempt < max_attempts:
             reset_seed = mw.reset_seed(seed, attempt)
             attempt += 1
             step = env.reset(reset_seed)
-            images, states, actions, env_states, rewards, successes = [], [], [], [], [], []
+            drive = policy_controller(policy, env) if policy is not None else None
+            images, states, actions, env_states, rewards, dones = [], [], [], [], [], []
             while not step.done:
-                action = env.expert_action()
+                label = env.expert_action()
                 images.append(step.image)
                 states.append(step.state)
                 env_states.append(env.environment_state)
-                actions.append(action if layout == "lerobot" else np.clip(action, -1.0, 1.0))
-                step = env.step(action)
+                actions.append(label if layout == "lerobot" else np.clip(label, -1.0, 1.0))
+                step = env.step(label if drive is None else drive(step))
                 rewards.append(step.reward)
-                successes.append(step.success)
-            if not step.success:
+                dones.append(step.success)
+            successes += step.success
+            if not step.success and policy is None:
                 continue
             kept += 1
             seeds.append(reset_seed)
@@ -107,7 +130,7 @@ def roll_out_task(
                 t = len(states)
                 extra = {
                     "next.reward": np.asarray(rewards, np.float32),
-                    "next.success": np.asarray(successes, bool),
+                    "next.success": np.asarray(dones, bool),
                     ENVIRONMENT_STATE: np.stack(env_states),
                     "task_id": np.full(t, TASK_INDEX[task], np.int16),
                 }
@@ -117,7 +140,58 @@ def roll_out_task(
             )  # fmt: skip
     finally:
         env.close()
-    yield TaskDemos(task, kept, attempt, seeds)
+    yield TaskDemos(task, kept, attempt, seeds, successes)
+
+
+@dataclass(frozen=True)
+class OnPolicy:
+    """DAgger's driver: the exported policy that drives, replanning every `n_action_steps`
+    (None: its own setting)."""
+
+    policy_dir: str
+    n_action_steps: int | None = None
+
+
+def base_settings(base: Path) -> dict:
+    """The sidecar of a dataset `data metaworld` wrote, which `--base` extends."""
+    sidecar = base / SIDECAR
+    try:
+        return json.loads(sidecar.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"--base {base}: no {SIDECAR}; only a dataset `data metaworld` wrote can be extended"
+        ) from None
+
+
+def _resolve(given, base: dict | None, key: str, default):
+    """A setting the user gave, else the base dataset's, else the default; a given value that
+    differs from the base's is refused (one dataset has one layout, frame size, step limit)."""
+    if base is None:
+        return default if given is None else given
+    if given is not None and given != base[key]:
+        raise ValueError(f"--{key.replace('_', '-')} {given} differs from --base's {base[key]}")
+    return base[key]
+
+
+def _expert_seeds(base: dict, task: str) -> list[int]:
+    """The reset seeds of `task`'s expert episodes in a base and the bases it extends."""
+    seeds: list[int] = []
+    while base:
+        if base.get("policy") is None:
+            seeds += base["per_task"].get(task, {}).get("reset_seeds", [])
+        base = base.get("base")
+    return seeds
+
+
+def _check_seeds(base: dict, names: list[str], seed: int, max_attempts: int) -> None:
+    """Expert episodes appended to a base must not replay its expert's scenes."""
+    for task in names:
+        used = _expert_seeds(base, task)
+        if any(seed <= s < seed + max_attempts for s in used):
+            raise ValueError(
+                f"--seed {seed}: the expert would replay --base's scenes of {task} (its reset "
+                f"seeds reach {max(used)}); pick --seed {max(used) + 1} or above"
+            )
 
 
 def write_metaworld_dataset(
@@ -126,13 +200,17 @@ def write_metaworld_dataset(
     episodes_per_task: int,
     image_size: int | None = None,
     seed: int = 0,
-    max_steps: int = mw.MAX_STEPS,
-    layout: str = "ours",
+    max_steps: int | None = None,
+    layout: str | None = None,
+    base: str | os.PathLike | None = None,
+    on_policy: OnPolicy | None = None,
 ) -> tuple[Path, dict[str, dict]]:
-    """Roll out the experts of `tasks` (`resolve_tasks`' syntax) in parallel Ray tasks and write
-    their successful episodes at `root` in `layout` (`image_size` None: the layout's default).
-    Returns the root and, per task, the episodes kept, the attempts and the expert's success
-    rate. Starts Ray if it is not running."""
+    """Roll out `tasks` (`resolve_tasks`' syntax) in parallel Ray tasks and write their episodes
+    at `root` in `layout`: the expert's successful episodes, or with `on_policy` (DAgger) every
+    episode the policy drives, labelled by the expert. `base` (a dataset this function wrote)
+    comes first, episode for episode, and fixes layout, frame size and step limit (None: the
+    base's, else "ours", its default size, 500). Returns the root and, per task, the episodes
+    kept, the attempts and the expert's (or the policy's) success rate. Starts Ray if needed."""
     import ray
 
     from raytrain_vla.progress import progress
@@ -140,11 +218,14 @@ def write_metaworld_dataset(
     root = Path(root)
     names = resolve_tasks(tasks)
     refuse_non_empty(root)
+    prior = base_settings(Path(base)) if base is not None else None
+    layout = _resolve(layout, prior, "layout", "ours")
     if layout not in LAYOUTS:
         raise ValueError(
             f"bad value for --layout: {layout!r}, expected one of {', '.join(LAYOUTS)}"
         )
-    image_size = DEFAULT_IMAGE_SIZE[layout] if image_size is None else image_size
+    image_size = _resolve(image_size, prior, "image_size", DEFAULT_IMAGE_SIZE[layout])
+    max_steps = _resolve(max_steps, prior, "max_steps", mw.MAX_STEPS)
     mw.require_metaworld()
     check_max_steps(max_steps, "--max-steps")
     if episodes_per_task < 1 or image_size < 8:
@@ -152,18 +233,35 @@ def write_metaworld_dataset(
             "need episodes_per_task >= 1 and image_size >= 8; got "
             f"{episodes_per_task}, {image_size}"
         )
+    max_attempts = episodes_per_task if on_policy else 3 * episodes_per_task + 5
+    make_policy = None
+    if on_policy is not None:
+        make_policy = _policy_factory(on_policy, seed)
+    elif prior is not None:
+        _check_seeds(prior, names, seed, max_attempts)
     if not ray.is_initialized():
         ray.init(include_dashboard=False, log_to_driver=False)
     remote = ray.remote(num_cpus=1, max_retries=2, num_returns="streaming")(roll_out_task)
-    max_attempts = 3 * episodes_per_task + 5
     start = time.perf_counter()
     streams = [
-        remote.remote(name, episodes_per_task, image_size, seed, max_steps, max_attempts, layout)
+        remote.remote(
+            name,
+            episodes_per_task,
+            image_size,
+            seed,
+            max_steps,
+            max_attempts,
+            layout,
+            make_policy,
+        )  # fmt: skip
         for name in names
     ]  # all tasks run at once; their episodes wait in the object store until written
     done: list[TaskDemos] = []
     with DatasetWriter(root, dataset_spec(layout)) as writer:
-        for stream in progress(streams, f"Meta-World experts -> {root}", "task"):
+        if base is not None:
+            for episode in read_episodes(base):
+                writer.add(episode)
+        for stream in progress(streams, f"Meta-World roll-outs -> {root}", "task"):
             for ref in stream:
                 item = ray.get(ref)
                 if isinstance(item, TaskDemos):
@@ -171,15 +269,7 @@ def write_metaworld_dataset(
                 else:
                     writer.add(item)
                 del item, ref
-        report = {
-            d.task: {
-                "episodes": d.episodes,
-                "attempts": d.attempts,
-                "expert_success_rate": d.episodes / d.attempts,
-                "reset_seeds": d.seeds,
-            }
-            for d in done
-        }
+        report = {d.task: _task_report(d, on_policy is not None) for d in done}
         short = [t for t, r in report.items() if r["episodes"] < episodes_per_task]
         if short:  # raised inside the writer: nothing is left at root
             raise RuntimeError(
@@ -194,8 +284,34 @@ def write_metaworld_dataset(
             "max_steps": max_steps,
             "layout": layout,
             "per_task": report,
+            "policy": None if on_policy is None else asdict(on_policy),
+            "base": None if base is None else {"root": str(base), **prior},
         }
         (writer.tmp / SIDECAR).parent.mkdir(parents=True, exist_ok=True)
         (writer.tmp / SIDECAR).write_text(json.dumps(sidecar, indent=2) + "\n")
-    log.info("Meta-World demos written in %.1f s", time.perf_counter() - start)
+    log.info("Meta-World episodes written in %.1f s", time.perf_counter() - start)
     return root, report
+
+
+def _policy_factory(on_policy: OnPolicy, seed: int) -> Callable[[], object]:
+    """Loads the policy in each roll-out; checked here first (directory, one camera, 4-D)."""
+    import functools
+
+    from raytrain_vla import policy as policy_lib
+    from raytrain_vla.sim.metaworld_eval import policy_image_size
+
+    make_policy = functools.partial(
+        policy_lib.load, on_policy.policy_dir, seed=seed, n_action_steps=on_policy.n_action_steps
+    )
+    policy_image_size(make_policy().meta.data_spec)
+    return make_policy
+
+
+def _task_report(demos: TaskDemos, on_policy: bool) -> dict:
+    rate = demos.successes / demos.attempts if demos.attempts else 0.0
+    return {
+        "episodes": demos.episodes,
+        "attempts": demos.attempts,
+        "policy_success_rate" if on_policy else "expert_success_rate": rate,
+        "reset_seeds": demos.seeds,
+    }

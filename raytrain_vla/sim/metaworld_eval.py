@@ -108,21 +108,26 @@ class EpisodeRunner:
         if name == "random":
             rng = np.random.default_rng(reset_seed)
             return lambda _step: rng.uniform(-1.0, 1.0, size=4)
-        policy = self.policy
-        if policy is None:
+        if self.policy is None:
             raise ValueError("no policy given to score")
-        policy.reset()
-        (camera,) = policy.camera_keys
-
-        def act(step: mw.Step) -> np.ndarray:
-            obs = {camera: step.image, mw.STATE_KEY: step.state, "task": env.instruction}
-            return np.asarray(policy.select_action(obs), dtype=np.float32)  # as LeRobot's
-
-        return act
+        return policy_controller(self.policy, env)
 
     def close(self) -> None:
         for env in self.envs.values():
             env.close()
+
+
+def policy_controller(policy, env: mw.MetaWorldTask) -> Callable[[mw.Step], np.ndarray]:
+    """The policy as a controller of `env` for one episode (its queue and noise reset here):
+    the env's frame, state and instruction in, a float32 action out, as LeRobot's."""
+    policy.reset()
+    (camera,) = policy.camera_keys
+
+    def act(step: mw.Step) -> np.ndarray:
+        obs = {camera: step.image, mw.STATE_KEY: step.state, "task": env.instruction}
+        return np.asarray(policy.select_action(obs), dtype=np.float32)
+
+    return act
 
 
 def policy_image_size(spec: DataSpec) -> int:

@@ -14,14 +14,16 @@ import numpy as np
 import pytest
 
 from raytrain_vla import eval as eval_cli
+from raytrain_vla import policy as policy_lib
 from raytrain_vla import run
 from raytrain_vla.common.metaworld_tasks import DESCRIPTIONS, MT10, TASK_INDEX
+from raytrain_vla.data.formats.episodes import read_episodes
 from raytrain_vla.data.formats.lerobot import LeRobotMeta, read_frames_table
 from raytrain_vla.data.inspect import find_problems
 from raytrain_vla.data.metaworld_demos import roll_out_task
 from raytrain_vla.data_cli import main as data_cli
 from raytrain_vla.sim import metaworld_env as mw
-from raytrain_vla.sim.metaworld_eval import evaluate_metaworld
+from raytrain_vla.sim.metaworld_eval import evaluate_metaworld, policy_controller
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 TASKS = ["reach-v3", "drawer-close-v3"]
@@ -92,8 +94,11 @@ def test_the_same_seed_rolls_out_the_same_frames_states_and_actions():
     np.testing.assert_array_equal(a.cameras[mw.IMAGE_KEY], b.cameras[mw.IMAGE_KEY])
 
 
-def test_train_scores_metaworld_and_eval_of_the_export_is_reproducible(demos, tmp_path, capsys):
+@pytest.fixture(scope="module")
+def trained(demos, tmp_path_factory) -> Path:
+    """The README's training command on the demos, cut to 2 steps: its run directory."""
     root, _ = demos
+    runs = tmp_path_factory.mktemp("runs")
     fill = {
         "--data.root=OUT": f"--data.root={root}", "--train.steps=6000": "--train.steps=2",
         "--eval.episodes=10": "--eval.episodes=2",
@@ -101,12 +106,16 @@ def test_train_scores_metaworld_and_eval_of_the_export_is_reproducible(demos, tm
     args = readme_args(
         "run", fill, "--data.val_fraction=0.25", "--train.global_batch_size=8",
         "--train.micro_batch_size=4", "--train.val_interval=2", "--train.save_interval=2",
-        f"--ray.storage_path={tmp_path / 'runs'}", "--ray.run_name=mw",
+        f"--ray.storage_path={runs}", "--ray.run_name=mw",
         "--logging.wandb_mode=disabled", "--logging.console=false", "--eval.max_steps=30",
         "--eval.rollouts_logged=1", "--eval.at_validation=true",
     )  # fmt: skip
     assert run.main(args) == 0
-    run_dir = tmp_path / "runs" / "mw"
+    return runs / "mw"
+
+
+def test_train_scores_metaworld_and_eval_of_the_export_is_reproducible(trained, tmp_path, capsys):
+    run_dir = trained
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     (val,) = [r for r in records if r["kind"] == "val"]
     assert {"eval_success_rate", "eval_success_rate/easy", "eval_success_rate/reach-v3"} <= set(val)
@@ -195,3 +204,52 @@ def test_lerobot_layout_is_metaworld_mt50s_and_trains_here(tmp_path):
     ]) == 0  # fmt: skip
     records = [json.loads(line) for line in (runs / "mt50_like" / "metrics.jsonl").open()]
     assert any(r["kind"] == "val" and np.isfinite(r["val_action_mse"]) for r in records)
+
+
+def test_dagger_appends_policy_driven_episodes_labelled_by_the_expert(trained, tmp_path, capsys):
+    """`data metaworld --base B --policy P`: B's episodes first, bit for bit, then episodes the
+    policy drove (replaying the policy from the same seed reproduces their states) whose every
+    action is the expert's at the state the policy reached; failures are kept too."""
+    base, out, export = tmp_path / "base", tmp_path / "dagger", trained / "export"
+    common = ["--tasks", "reach-v3", "--episodes-per-task"]
+    assert data_cli(["metaworld", str(base), *common, "1", "--image-size", "32",
+                     "--layout", "lerobot", "--max-steps", "100"]) == 0  # fmt: skip
+    refused = [
+        ["--image-size", "64"],  # the base fixes the frame size
+        ["--n-action-steps", "2"],  # without --policy it means nothing
+    ]
+    for extra in refused:
+        capsys.readouterr()
+        assert data_cli(["metaworld", str(out), *common, "1", "--base", str(base), *extra]) == 1
+        assert capsys.readouterr().err.count("\n") == 1 and not out.exists()
+    expert_again = ["metaworld", str(out), *common, "1", "--base", str(base), "--seed", "0"]
+    assert data_cli(expert_again) == 1 and not out.exists()  # would replay the base's scene
+    args = [*common, "2", "--base", str(base), "--policy", str(export), "--seed", "50"]
+    assert data_cli(["metaworld", str(out), *args, "--n-action-steps", "2"]) == 0
+    assert find_problems(out) == []
+    sidecar = json.loads((out / "meta" / "metaworld.json").read_text())
+    assert sidecar["policy"] == {"policy_dir": str(export), "n_action_steps": 2}
+    assert sidecar["base"]["root"] == str(base) and sidecar["layout"] == "lerobot"
+    report = sidecar["per_task"]["reach-v3"]
+    assert report["episodes"] == report["attempts"] == 2 and report["reset_seeds"] == [50, 51]
+    copied, *driven = list(read_episodes(out))
+    (original,) = list(read_episodes(base))
+    for key in ("state", "action"):
+        np.testing.assert_array_equal(getattr(copied, key), getattr(original, key))
+    np.testing.assert_array_equal(copied.cameras[mw.IMAGE_KEY], original.cameras[mw.IMAGE_KEY])
+    env = mw.MetaWorldTask("reach-v3", image_size=32, max_steps=100)
+    policy = policy_lib.load(export, seed=50, n_action_steps=2)
+    successes = 0
+    for episode, seed in zip(driven, report["reset_seeds"], strict=True):
+        raw = episode.extra["observation.environment_state"].astype(np.float64)
+        labels = np.stack([env.expert.get_action(obs) for obs in raw])
+        np.testing.assert_allclose(episode.action, labels, atol=1e-3)
+        step, act, states = env.reset(seed), policy_controller(policy, env), []
+        while not step.done:
+            states.append(step.state)
+            step = env.step(act(step))
+        np.testing.assert_array_equal(np.stack(states), episode.state)
+        assert bool(episode.extra["next.success"][-1]) == step.success
+        successes += step.success
+    env.close()
+    assert report["policy_success_rate"] == successes / 2

@@ -25,6 +25,7 @@ from raytrain_vla.data.formats.writer import (
     VideoSpec,
     write_lerobot_dataset,
 )
+from raytrain_vla.data.metaworld_demos import write_metaworld_dataset
 from raytrain_vla.sim.metaworld_eval import ControllerScore, scores_json
 from raytrain_vla.train.preflight import preflight
 
@@ -165,3 +166,34 @@ def test_preflight_says_which_tasks_are_scored_and_refuses_data_meta_world_canno
     )
     (error,) = _findings(_fake_metaworld_data(tmp_path / "six", state_dim=6))["error"]
     assert "6-D state" in error and "4-D state" in error
+
+
+def _fake_base(root: Path, **settings) -> Path:
+    """A directory with only the sidecar `data metaworld` writes: all `--base` is checked by."""
+    (root / "meta").mkdir(parents=True)
+    sidecar = {"layout": "lerobot", "image_size": 32, "max_steps": 500, **settings}
+    sidecar.setdefault("per_task", {"reach-v3": {"reset_seeds": [0, 1, 4]}})
+    (root / "meta" / "metaworld.json").write_text(json.dumps(sidecar))
+    return root
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"image_size": 64}, "--image-size 64 differs from --base's 32"),
+        ({"layout": "ours"}, "--layout ours differs from --base's lerobot"),
+        ({"max_steps": 300}, "--max-steps 300 differs from --base's 500"),
+        ({"seed": 3}, "pick --seed 5 or above"),  # the expert would replay seed 4's scene
+    ],
+)
+def test_a_base_dataset_fixes_its_settings_and_scenes_before_ray_starts(tmp_path, kwargs, message):
+    base = _fake_base(tmp_path / "base")
+    with pytest.raises(ValueError, match=message.replace("+", r"\+")):
+        write_metaworld_dataset(tmp_path / "out", "reach-v3", 2, base=base, **kwargs)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_base_without_the_sidecar_is_named(tmp_path):
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(FileNotFoundError, match="only a dataset `data metaworld` wrote"):
+        write_metaworld_dataset(tmp_path / "out", "reach-v3", 2, base=tmp_path / "plain")
