@@ -4,20 +4,29 @@
 #      layout (`--layout lerobot`: PNG frames, unclipped actions, LeRobot's task ids) at 128 px;
 #   2. flow_vla (tiny, about 3M parameters, fresh init) on 2 CPU workers: Muon at LR 3e-3 for
 #      every group, cosine decay over STEPS x 64 samples, full shuffle, +-4 px shift augmentation;
-#   3. `eval --env metaworld` of its export: 10 episodes per task as lerobot-eval runs them
+#   3. DAgger (unless DAGGER_EPISODES=0): the policy drives DAGGER_EPISODES episodes a
+#      task (reset seeds 2000 + k, apart from the demos' and the eval's), the expert labels every
+#      state it reaches, those episodes join the demos in one dataset ($OUT/data_dagger, `data
+#      metaworld --base --policy`), and a second run continues from the first policy's weights
+#      for DAGGER_STEPS (the training budget is STEPS + DAGGER_STEPS);
+#   4. `eval --env metaworld` of the last export: 10 episodes per task as lerobot-eval runs them
 #      (reset seeds 1000 + k, 500-step limit, LeRobot's frames), replanning every N_ACTION_STEPS
-#      of its 8-action chunk, next to random actions and the scripted expert.
+#      of its 8-action chunk.
 # Prints the MT10 average last. Outputs: $OUT/data, $OUT/flow_vla (run, metrics, export),
-# $OUT/eval_flow_vla/scores.json and rollouts/*.mp4.
+# $OUT/eval_flow_vla/scores.json and rollouts/*.mp4 (with DAgger also $OUT/data_dagger and
+# $OUT/flow_vla_dagger, and the eval is of the latter).
 #
 #   benchmarks/metaworld_mt10.sh [OUT]
-# Environment: STEPS (default 5000), N_ACTION_STEPS (default 2), EPISODES_PER_TASK (50).
+# Environment: STEPS (default 4000), N_ACTION_STEPS (default 2), EPISODES_PER_TASK (50),
+# DAGGER_EPISODES (default 20; 0: no DAgger), DAGGER_STEPS (default 10000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/metaworld_mt10}
-STEPS=${STEPS:-5000}
+STEPS=${STEPS:-4000}
 N_ACTION_STEPS=${N_ACTION_STEPS:-2}
 EPISODES_PER_TASK=${EPISODES_PER_TASK:-50}
+DAGGER_EPISODES=${DAGGER_EPISODES:-20}
+DAGGER_STEPS=${DAGGER_STEPS:-10000}
 PY=.venv/bin/python
 export RAYTRAIN_VLA_PROGRESS=${RAYTRAIN_VLA_PROGRESS:-1}
 
@@ -25,15 +34,33 @@ export RAYTRAIN_VLA_PROGRESS=${RAYTRAIN_VLA_PROGRESS:-1}
   $PY -m raytrain_vla.data_cli metaworld "$OUT/data" --tasks mt10 \
     --episodes-per-task "$EPISODES_PER_TASK" --image-size 128 --layout lerobot --seed 0
 
-$PY -m raytrain_vla.run --data.root="$OUT/data" --ray.storage_path="$OUT" --ray.resume=never \
-  --ray.run_name=flow_vla --train.steps="$STEPS" --train.global_batch_size=64 \
-  --train.micro_batch_size=32 --train.val_interval=1000 --train.save_interval=1000 \
-  --train.log_interval=50 --train.reshard_after_forward=false \
-  --optimizer.type=muon --optimizer.groups=[] --optimizer.lr=3e-3 --scheduler.type=cosine \
-  --data.shuffle_window=1000000 --data.augment.max_shift_px=4 \
-  --logging.wandb_mode=disabled --eval.episodes=0
+train() {  # train RUN_NAME DATA STEPS [more overrides]: the recipe, the same for both rounds
+  local name=$1 data=$2 steps=$3
+  shift 3
+  $PY -m raytrain_vla.run --data.root="$data" --ray.storage_path="$OUT" --ray.resume=never \
+    --ray.run_name="$name" --train.steps="$steps" --train.global_batch_size=64 \
+    --train.micro_batch_size=32 --train.val_interval=1000 --train.save_interval=1000 \
+    --train.log_interval=50 --train.reshard_after_forward=false \
+    --optimizer.type=muon --optimizer.groups=[] --optimizer.lr=3e-3 --scheduler.type=cosine \
+    --data.shuffle_window=1000000 --data.augment.max_shift_px=4 \
+    --logging.wandb_mode=disabled --eval.episodes=0 "$@"
+}
 
-$PY -m raytrain_vla.eval "$OUT/flow_vla/export" --env metaworld --tasks mt10 --episodes 10 \
+# Each stage whose output exists is kept (rerun with another OUT to start over).
+[ -d "$OUT/flow_vla/export" ] || train flow_vla "$OUT/data" "$STEPS"
+POLICY=flow_vla
+if [ "$DAGGER_EPISODES" -gt 0 ]; then
+  [ -f "$OUT/data_dagger/meta/info.json" ] ||
+    $PY -m raytrain_vla.data_cli metaworld "$OUT/data_dagger" --tasks mt10 \
+      --episodes-per-task "$DAGGER_EPISODES" --base "$OUT/data" \
+      --policy "$OUT/flow_vla/export" --n-action-steps "$N_ACTION_STEPS" --seed 2000
+  [ -d "$OUT/flow_vla_dagger/export" ] ||
+    train flow_vla_dagger "$OUT/data_dagger" "$DAGGER_STEPS" \
+      --model.init_from="$OUT/flow_vla/export"
+  POLICY=flow_vla_dagger
+fi
+
+$PY -m raytrain_vla.eval "$OUT/$POLICY/export" --env metaworld --tasks mt10 --episodes 10 \
   --seed 1000 --n-action-steps "$N_ACTION_STEPS" --workers 2 --out "$OUT/eval_flow_vla"
 
 $PY -c "import json, sys; s = json.load(open(sys.argv[1]))
