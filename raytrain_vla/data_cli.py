@@ -37,7 +37,18 @@ def _metaworld(args: argparse.Namespace) -> None:
 
     if args.policy is None and args.n_action_steps is not None:
         raise ValueError("--n-action-steps applies with --policy only")
-    on_policy = OnPolicy(args.policy, args.n_action_steps) if args.policy else None
+    on_policy = None
+    if args.policy:
+        import functools
+
+        from raytrain_vla import policy as policy_lib
+        from raytrain_vla.sim.metaworld_eval import policy_image_size
+
+        make_policy = functools.partial(
+            policy_lib.load, args.policy, seed=args.seed, n_action_steps=args.n_action_steps
+        )
+        policy_image_size(make_policy().meta.data_spec)  # one camera, 4-D: checked before Ray
+        on_policy = OnPolicy(args.policy, args.n_action_steps, make_policy)
     start = time.perf_counter()
     root, report = write_metaworld_dataset(
         args.out, args.tasks, args.episodes_per_task, args.image_size, args.seed,
@@ -219,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     except (
         DatasetError,
         FileExistsError,
+        FileNotFoundError,
         VideoDecodeError,
         ImportError,
         ValueError,

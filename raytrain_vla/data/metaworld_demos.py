@@ -31,7 +31,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -146,10 +146,12 @@ def roll_out_task(
 @dataclass(frozen=True)
 class OnPolicy:
     """DAgger's driver: the exported policy that drives, replanning every `n_action_steps`
-    (None: its own setting)."""
+    (None: its own setting), built in each roll-out by `make_policy` (the caller loads and
+    checks it: data sits below the policy room)."""
 
     policy_dir: str
-    n_action_steps: int | None = None
+    n_action_steps: int | None
+    make_policy: Callable[[], object] = field(repr=False, compare=False)
 
 
 def base_settings(base: Path) -> dict:
@@ -234,10 +236,8 @@ def write_metaworld_dataset(
             f"{episodes_per_task}, {image_size}"
         )
     max_attempts = episodes_per_task if on_policy else 3 * episodes_per_task + 5
-    make_policy = None
-    if on_policy is not None:
-        make_policy = _policy_factory(on_policy, seed)
-    elif prior is not None:
+    make_policy = on_policy.make_policy if on_policy is not None else None
+    if on_policy is None and prior is not None:
         _check_seeds(prior, names, seed, max_attempts)
     if not ray.is_initialized():
         ray.init(include_dashboard=False, log_to_driver=False)
@@ -284,27 +284,15 @@ def write_metaworld_dataset(
             "max_steps": max_steps,
             "layout": layout,
             "per_task": report,
-            "policy": None if on_policy is None else asdict(on_policy),
+            "policy": None
+            if on_policy is None
+            else {"policy_dir": on_policy.policy_dir, "n_action_steps": on_policy.n_action_steps},
             "base": None if base is None else {"root": str(base), **prior},
         }
         (writer.tmp / SIDECAR).parent.mkdir(parents=True, exist_ok=True)
         (writer.tmp / SIDECAR).write_text(json.dumps(sidecar, indent=2) + "\n")
     log.info("Meta-World episodes written in %.1f s", time.perf_counter() - start)
     return root, report
-
-
-def _policy_factory(on_policy: OnPolicy, seed: int) -> Callable[[], object]:
-    """Loads the policy in each roll-out; checked here first (directory, one camera, 4-D)."""
-    import functools
-
-    from raytrain_vla import policy as policy_lib
-    from raytrain_vla.sim.metaworld_eval import policy_image_size
-
-    make_policy = functools.partial(
-        policy_lib.load, on_policy.policy_dir, seed=seed, n_action_steps=on_policy.n_action_steps
-    )
-    policy_image_size(make_policy().meta.data_spec)
-    return make_policy
 
 
 def _task_report(demos: TaskDemos, on_policy: bool) -> dict:
