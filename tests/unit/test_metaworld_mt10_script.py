@@ -1,0 +1,138 @@
+"""benchmarks/metaworld_mt10.sh wires its DAgger rounds right: each round rolls out the last
+policy on fresh reset seeds, extends the last dataset, and trains from the last export; the
+eval scores the last round's policy. A stub interpreter records the commands and creates each
+stage's output, so the test takes milliseconds and starts nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "metaworld_mt10.sh"
+
+STUB = """#!{python}
+import json, os, sys
+from pathlib import Path
+args = sys.argv[1:]
+if args[0] == "-c":  # the script's closing summary: run it for real
+    os.execv({python!r}, [{python!r}, *args])
+with open(os.environ["STUB_LOG"], "a") as log:
+    log.write(json.dumps(args) + "\\n")
+flags = dict(a[2:].split("=", 1) for a in args if a.startswith("--") and "=" in a)
+if args[1] == "raytrain_vla.data_cli":
+    (Path(args[3]) / "meta").mkdir(parents=True)
+    (Path(args[3]) / "meta" / "info.json").write_text("{{}}")
+elif args[1] == "raytrain_vla.run":
+    (Path(flags["ray.storage_path"]) / flags["ray.run_name"] / "export").mkdir(parents=True)
+elif args[1] == "raytrain_vla.eval":
+    out = Path(args[args.index("--out") + 1])
+    out.mkdir(parents=True)
+    score = {{"success_rate": 0.5, "per_task": {{}}}}
+    (out / "scores.json").write_text(json.dumps({{"policy": score}}))
+"""
+
+
+def run_script(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
+    stub = tmp_path / "stub_python"
+    stub.write_text(STUB.format(python=sys.executable))
+    stub.chmod(0o755)
+    log = tmp_path / "commands.jsonl"
+    result = subprocess.run(
+        ["bash", str(SCRIPT), str(tmp_path / "out")],
+        env={**os.environ, "PY": str(stub), "STUB_LOG": str(log), **env},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    commands = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return result, commands
+
+
+def value(command: list[str], flag: str) -> str:
+    """`--flag V` or `--flag=V` in a recorded command."""
+    for i, arg in enumerate(command):
+        if arg == flag:
+            return command[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    raise AssertionError(f"{flag} not in {shlex.join(command)}")
+
+
+def stage_target(command: list[str]) -> str:
+    """What a stage writes (data), trains (run name) or scores (export)."""
+    module = command[1]
+    if module == "raytrain_vla.run":
+        return value(command, "--ray.run_name")
+    return command[3] if module == "raytrain_vla.data_cli" else command[2]
+
+
+def test_two_rounds_chain_data_policies_and_seeds(tmp_path: Path) -> None:
+    result, commands = run_script(
+        tmp_path, DAGGER_ROUNDS="2", DAGGER_EPISODES="7", STEPS="30", DAGGER_STEPS="40"
+    )
+    assert result.returncode == 0, result.stderr
+    out = tmp_path / "out"
+    stages = [(c[1], stage_target(c)) for c in commands]
+    assert stages == [
+        ("raytrain_vla.data_cli", str(out / "data")),
+        ("raytrain_vla.run", "flow_vla"),
+        ("raytrain_vla.data_cli", str(out / "data_dagger1")),
+        ("raytrain_vla.run", "flow_vla_dagger1"),
+        ("raytrain_vla.data_cli", str(out / "data_dagger2")),
+        ("raytrain_vla.run", "flow_vla_dagger2"),
+        ("raytrain_vla.eval", str(out / "flow_vla_dagger2" / "export")),
+    ]
+    _, first, round1, train1, round2, train2, _ = commands
+    assert value(first, "--train.steps") == "30"
+    assert (value(round1, "--base"), value(round1, "--policy")) == (
+        str(out / "data"), str(out / "flow_vla" / "export"),
+    )  # fmt: skip
+    assert (value(round2, "--base"), value(round2, "--policy")) == (
+        str(out / "data_dagger1"), str(out / "flow_vla_dagger1" / "export"),
+    )  # fmt: skip
+    assert (value(round1, "--seed"), value(round2, "--seed")) == ("2000", "2007")
+    assert value(round1, "--episodes-per-task") == "7"
+    assert value(train1, "--model.init_from") == str(out / "flow_vla" / "export")
+    assert value(train2, "--model.init_from") == str(out / "flow_vla_dagger1" / "export")
+    assert value(train2, "--data.root") == str(out / "data_dagger2")
+    assert value(train2, "--train.steps") == "40"
+    assert "MT10 policy: 0.50" in result.stdout
+
+
+def test_rerun_keeps_finished_stages(tmp_path: Path) -> None:
+    run_script(tmp_path, DAGGER_ROUNDS="1")
+    (tmp_path / "commands.jsonl").unlink()
+    _, commands = run_script(tmp_path, DAGGER_ROUNDS="2")
+    assert [c[1] for c in commands] == [
+        "raytrain_vla.data_cli",
+        "raytrain_vla.run",
+        "raytrain_vla.eval",
+    ]
+    assert value(commands[0], "--base") == str(tmp_path / "out" / "data_dagger1")
+
+
+def test_no_dagger_scores_the_first_policy(tmp_path: Path) -> None:
+    _, commands = run_script(tmp_path, DAGGER_EPISODES="0")
+    assert [c[1] for c in commands] == [
+        "raytrain_vla.data_cli",
+        "raytrain_vla.run",
+        "raytrain_vla.eval",
+    ]
+    assert commands[-1][2] == str(tmp_path / "out" / "flow_vla" / "export")
+
+
+@pytest.mark.parametrize(
+    ("name", "bad"), [("DAGGER_ROUNDS", "0"), ("STEPS", "4k"), ("DAGGER_EPISODES", "-1")]
+)
+def test_bad_setting_is_one_line_before_any_stage(tmp_path: Path, name: str, bad: str) -> None:
+    result, commands = run_script(tmp_path, **{name: bad})
+    assert result.returncode == 2
+    assert result.stderr.strip() == result.stderr.strip().splitlines()[0]
+    assert f"bad {name}={bad}" in result.stderr
+    assert commands == []
