@@ -3,7 +3,7 @@
 
 Takes the same config and overrides as `train`. For each world size (default: every one
 `ray.num_workers` allows) on its mesh (`train.dp_shard`): the trained parameters, gradients and
-AdamW state a rank keeps, the frozen weights (replicated or sharded as the trainer will place
+optimizer state (AdamW's two moments, Muon's one buffer) a rank keeps, the frozen weights (replicated or sharded as the trainer will place
 them, a rank holding --gpu-memory-gb), the units FSDP2 gathers, one micro-batch's activations
 with and without activation checkpointing, counted on the model itself, and the optimizer
 step's transient; then whether the total fits. GB = 1e9 bytes. Ray is not started and nothing
@@ -101,7 +101,7 @@ def _table(p: MemoryPlan, gpu_memory_gb: float) -> list[str]:
     rows = [
         ("params (fp32 shards)", p.params, ""),
         ("grads (fp32 shards)", p.grads, ""),
-        ("optimizer (AdamW, fp32 shards)", p.optimizer, ""),
+        ("optimizer state (fp32 shards)", p.optimizer, ""),
         (f"frozen ({p.frozen_placement})", p.frozen, ""),
         ("gathered units", p.gathered, f"{p.precision}"),
         ("activations", p.activations, f"{_gb(other_bytes)} {other} checkpointing"),

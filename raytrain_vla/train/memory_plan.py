@@ -8,6 +8,7 @@ shard-group size:
 * params: the trained parameters' fp32 master shards (FSDP2 pads dim 0 to a multiple of shard);
 * grads: their fp32 gradient shards (the reduce-scatter's output, `reduce_dtype` fp32);
 * optimizer: AdamW's exp_avg and exp_avg_sq, fp32, shaped like the shards (8 B / param / shard);
+  with `optimizer.type=muon`, the matrices Muon updates keep its one momentum buffer (4 B);
 * frozen: replicated, a full copy in the compute dtype; sharded, fp32 shards like the trained;
 * gathered: what FSDP2 all-gathers for compute, in the compute dtype: the root's own parameters
   (kept gathered, `reshard_after_forward=False`), the largest unit twice (it and the one
@@ -49,12 +50,14 @@ from raytrain_vla.train.flops import example_columns
 from raytrain_vla.train.frozen import compute_dtype, frozen_bytes, place_frozen
 from raytrain_vla.train.materialize import meta_model
 from raytrain_vla.train.mesh import mesh_shape
+from raytrain_vla.train.muon import muon_parameter_names
 from raytrain_vla.train.optim import ParamGroup, freeze_for_config, resolve_groups
 from raytrain_vla.train.preflight import check_model_fits_data
 
 GB = 1e9  # GPU memory is sold in these; 80 GB = 80e9 bytes
 FP32 = 4
 ADAMW_STATES = 2  # exp_avg and exp_avg_sq, each the parameter's shape, fp32
+MUON_STATES = 1  # the momentum buffer, the parameter's shape, fp32
 
 
 @dataclass(frozen=True)
@@ -156,11 +159,13 @@ def plan(
     gpu_memory_gb: float = 80.0,
     groups: list[ParamGroup] | None = None,
     fsdp: bool = True,
+    muon: Collection[str] = (),
 ) -> MemoryPlan:
     """One rank's memory for `world_size` workers. `frozen` names the parameters that train
     does not update (`freeze_for_config`); `groups` the LR groups (their largest sets the
     optimizer step's transient; None: one group). `fsdp=False` is one plain process (no
-    sharding, no gathered copies), what `benchmarks/memory_model_check.py` measures."""
+    sharding, no gathered copies), what `benchmarks/memory_model_check.py` measures. `muon`
+    names the parameters Muon updates (`optimizer.type=muon`): one state each, not AdamW's two."""
     gpu_bytes = int(gpu_memory_gb * GB)
     replicate, shard = mesh_shape(world_size, train.dp_shard) if fsdp else (1, 1)
     frozen_set = set(frozen)
@@ -172,7 +177,10 @@ def plan(
         return sum(shard_numel(params[n], shard) * FP32 for n in names)
 
     p_bytes = shard_bytes(trained)
-    grads, optimizer = p_bytes, ADAMW_STATES * p_bytes
+    muon_set = set(muon)
+    grads = p_bytes
+    optimizer = ADAMW_STATES * shard_bytes([n for n in trained if n not in muon_set])
+    optimizer += MUON_STATES * shard_bytes([n for n in trained if n in muon_set])
     placement = "none"
     frozen_b = 0
     if frozen_set:
@@ -411,5 +419,13 @@ def plan_run(cfg: Config, world_sizes: list[int], gpu_memory_gb: float) -> RunPl
     acts = measure_activations(model, batch, cfg.train.precision, micro)
     total = sum(p.numel() for p in model.parameters())
     n_frozen = sum(model.get_parameter(n).numel() for n in frozen)
-    plans = [plan(model, frozen, cfg.train, w, acts, gpu_memory_gb, groups) for w in world_sizes]
+    muon = (
+        muon_parameter_names(model, cfg.optimizer.muon.exclude_patterns)
+        if cfg.optimizer.type == "muon"
+        else set()
+    )
+    plans = [
+        plan(model, frozen, cfg.train, w, acts, gpu_memory_gb, groups, muon=muon)
+        for w in world_sizes
+    ]
     return RunPlan(family.name, total, total - n_frozen, n_frozen, micro, acts, plans)

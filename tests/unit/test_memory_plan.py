@@ -27,6 +27,7 @@ from raytrain_vla.train.memory_plan import (
     plan,
     shard_numel,
 )
+from raytrain_vla.train.muon import muon_parameter_names
 from raytrain_vla.train.optim import freeze_for_config
 
 SPEC = DataSpec({"observation.image": (3, 32, 32)}, state_dim=2, action_dim=2, chunk_size=8)
@@ -102,6 +103,18 @@ def test_state_bytes_add_up_from_the_meta_model():
     peak = max(p.gathered + ACTS.plain, p.step_transient)
     assert p.total == p.params + p.grads + p.optimizer + peak
     assert 0 < p.step_transient <= p.params and p.gathered > 0
+
+
+def test_muon_matrices_keep_one_state_adamw_parameters_two():
+    model, frozen = tiny()
+    n = numel(model)
+    muon = muon_parameter_names(model, OptimizerConfig().muon.exclude_patterns)
+    m = numel(model, sorted(muon))
+    assert 0 < m < n
+    adamw = plan(model, frozen, TrainConfig(), 1, ACTS)
+    mixed = plan(model, frozen, TrainConfig(), 1, ACTS, muon=muon)
+    assert (adamw.optimizer, mixed.optimizer) == (8 * n, 8 * (n - m) + 4 * m)
+    assert adamw.total - mixed.total == 4 * m
 
 
 def test_fsdp2_shards_pad_dim_0_to_the_shard_group():
@@ -268,6 +281,16 @@ def test_json_output_and_overrides_work_as_for_train(demo, capsys):
         + max(first["gathered"] + first["activations"], first["step_transient"])
     )  # fmt: skip
     assert result["activations"]["micro_batch"] == 32 and result["gpu_memory_gb"] == 80
+
+
+def test_optimizer_type_muon_counts_its_one_buffer(demo, capsys):
+    args = [f"--data.root={demo}", "--json", "--world-sizes", "1"]
+    _, adamw, _ = run(capsys, *args)
+    _, muon, _ = run(capsys, *args, "--optimizer.type=muon")
+    adamw_plan, muon_plan = json.loads(adamw)["plans"][0], json.loads(muon)["plans"][0]
+    assert adamw_plan["params"] == muon_plan["params"]
+    assert adamw_plan["optimizer"] == 2 * adamw_plan["params"]
+    assert adamw_plan["params"] < muon_plan["optimizer"] < adamw_plan["optimizer"]
 
 
 def test_wall_x_is_planned_with_its_frozen_last_vlm_expert(demo, capsys):
