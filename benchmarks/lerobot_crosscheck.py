@@ -2,7 +2,9 @@
 
 LeRobot 0.6.1 needs Python >= 3.12, so it lives in its own virtual environment; this script
 runs there (`--side lerobot`) through a subprocess and compares in ours. LeRobot 0.6.1 pins
-torch < 2.12 and torchvision < 0.27, so it goes in without its pins, beside torch 2.13.0:
+torch < 2.12 and torchvision < 0.27, so it goes in without its pins, beside torch 2.13.0 (from
+PyPI: the CPU wheel on this disk is for Python 3.11, so Python 3.12 gets the CUDA build, several
+GB, which runs on CPU as well):
 
     python3.12 -m venv /tmp/lrv && /tmp/lrv/bin/pip install torch==2.13.0 transformers==5.5.4 \\
         num2words && /tmp/lrv/bin/pip install --no-deps lerobot==0.6.1

@@ -83,7 +83,9 @@ def main() -> None:
     ]  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         storage = Path(args.storage or tmp)
-        result: dict = {"size": args.size, "steps": args.steps, "target": args.target}
+        result: dict = (
+            {} if args.no_sweep else {"size": args.size, "steps": args.steps, "target": args.target}
+        )  # the sweep's settings, printed only when it runs
         for opt, text in {} if args.no_sweep else lrs.items():
             sweep, records = {}, {}
             for lr in (float(x) for x in text.split(",")):
