@@ -10,6 +10,7 @@
 #      reaches, those episodes join everything collected before in one dataset
 #      ($OUT/data_dagger<r>, `data metaworld --base --policy`), and a run continues from the last
 #      policy's weights for DAGGER_STEPS (the training budget is STEPS + rounds x DAGGER_STEPS);
+#      each policy episode is cut after DAGGER_MAX_STEPS steps (its frames are the cost);
 #   4. `eval --env metaworld` of the last export: 10 episodes per task as lerobot-eval runs them
 #      (reset seeds 1000 + k, 500-step limit, LeRobot's frames), replanning every N_ACTION_STEPS
 #      of its 8-action chunk.
@@ -20,7 +21,8 @@
 #   benchmarks/metaworld_mt10.sh [OUT]
 # Environment: STEPS (default 4000), N_ACTION_STEPS (default 2), EPISODES_PER_TASK (50),
 # DAGGER_EPISODES (default 20; 0: no DAgger), DAGGER_STEPS (default 10000), DAGGER_ROUNDS
-# (default 1), PY (the interpreter, default .venv/bin/python).
+# (default 1), DAGGER_MAX_STEPS (default 500, the step limit), PY (the interpreter, default
+# .venv/bin/python).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/metaworld_mt10}
@@ -30,8 +32,9 @@ EPISODES_PER_TASK=${EPISODES_PER_TASK:-50}
 DAGGER_EPISODES=${DAGGER_EPISODES:-20}
 DAGGER_STEPS=${DAGGER_STEPS:-10000}
 DAGGER_ROUNDS=${DAGGER_ROUNDS:-1}
+DAGGER_MAX_STEPS=${DAGGER_MAX_STEPS:-500}
 PY=${PY:-.venv/bin/python}
-for name in STEPS N_ACTION_STEPS EPISODES_PER_TASK DAGGER_STEPS DAGGER_ROUNDS; do
+for name in STEPS N_ACTION_STEPS EPISODES_PER_TASK DAGGER_STEPS DAGGER_ROUNDS DAGGER_MAX_STEPS; do
   [[ ${!name} =~ ^[1-9][0-9]*$ ]] || {
     echo "metaworld_mt10.sh: bad $name=${!name}, expected a positive integer" >&2
     exit 2
@@ -69,6 +72,7 @@ if [ "$DAGGER_EPISODES" -gt 0 ]; then
       $PY -m raytrain_vla.data_cli metaworld "$OUT/data_dagger$ROUND" --tasks mt10 \
         --episodes-per-task "$DAGGER_EPISODES" --base "$OUT/$DATA" \
         --policy "$OUT/$POLICY/export" --n-action-steps "$N_ACTION_STEPS" \
+        --policy-max-steps "$DAGGER_MAX_STEPS" \
         --seed $((2000 + (ROUND - 1) * DAGGER_EPISODES))
     [ -d "$OUT/flow_vla_dagger$ROUND/export" ] ||
       train "flow_vla_dagger$ROUND" "$OUT/data_dagger$ROUND" "$DAGGER_STEPS" \

@@ -35,8 +35,10 @@ def _metaworld(args: argparse.Namespace) -> None:
     task's success rate."""
     from raytrain_vla.data.metaworld_demos import OnPolicy, write_metaworld_dataset
 
-    if args.policy is None and args.n_action_steps is not None:
-        raise ValueError("--n-action-steps applies with --policy only")
+    for flag, value in (("--n-action-steps", args.n_action_steps),
+                        ("--policy-max-steps", args.policy_max_steps)):  # fmt: skip
+        if args.policy is None and value is not None:
+            raise ValueError(f"{flag} applies with --policy only")
     on_policy = None
     if args.policy:
         import functools
@@ -48,7 +50,7 @@ def _metaworld(args: argparse.Namespace) -> None:
             policy_lib.load, args.policy, seed=args.seed, n_action_steps=args.n_action_steps
         )
         policy_image_size(make_policy().meta.data_spec)  # one camera, 4-D: checked before Ray
-        on_policy = OnPolicy(args.policy, args.n_action_steps, make_policy)
+        on_policy = OnPolicy(args.policy, args.n_action_steps, make_policy, args.policy_max_steps)
     start = time.perf_counter()
     root, report = write_metaworld_dataset(
         args.out, args.tasks, args.episodes_per_task, args.image_size, args.seed,
@@ -191,6 +193,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     metaworld.add_argument(
         "--n-action-steps", type=_positive, default=None, help="--policy: replan every K actions"
+    )
+    metaworld.add_argument(
+        "--policy-max-steps",
+        type=_positive,
+        default=None,
+        help="--policy: cut each episode after N steps (default: the step limit); the data "
+        "keeps the dataset's step limit",
     )
     metaworld.set_defaults(func=_metaworld)
     stats = sub.add_parser("stats", help="compute meta/stats.json with Ray Data")

@@ -5,15 +5,17 @@ its kept episodes back one at a time; the driver writes them to disk as they arr
 in the order asked, so it never holds more than an episode (MT50 x 50 at 128 px was 12 GB when
 the driver held the dataset). Episode k of a task tries reset seeds `seed + attempt` for attempts
 0, 1, ... (`lerobot-eval`'s scheme: keep the range of a dataset's seeds apart from the
-evaluation's, default 1000 on) and keeps only episodes the expert finishes successfully, so the
-same command writes the same dataset. The expert's success rate per task is returned and written
-to `meta/metaworld.json`.
+evaluation's, default 1000 on) and keeps only episodes the expert finishes successfully (found
+without rendering, then replayed with frames), so the same command writes the same dataset. The
+expert's success rate per task is returned and written to `meta/metaworld.json`.
 
 A dataset can grow (`--base`): a new one holds the base's episodes first, copied episode for
 episode (`formats.episodes`), then its own, with one normalisation over both. With `--policy`
 (DAgger) a trained policy drives instead of the expert, the expert labels every state it
-reaches, and every episode is kept: the states a policy drifts into, labelled, are what
-imitation of the expert's own episodes never shows it (Ross et al. 2011).
+reaches, and every episode is kept (cut at `--policy-max-steps`, if given: a failing policy's
+500 rendered steps cost 7 expert episodes, and its first steps are where it drifts): the states
+a policy drifts into, labelled, are what imitation of the expert's own episodes never shows it
+(Ross et al. 2011).
 
 Two layouts:
 - `ours` (default): one mp4 camera, LeRobot's Meta-World names for state and action, actions
@@ -108,6 +110,8 @@ def roll_out_task(
         while kept < episodes and attempt < max_attempts:
             reset_seed = mw.reset_seed(seed, attempt)
             attempt += 1
+            if policy is None and not expert_succeeds(env, reset_seed):
+                continue  # found without a frame: a failure's 500 renders would be thrown away
             step = env.reset(reset_seed)
             drive = policy_controller(policy, env) if policy is not None else None
             images, states, actions, env_states, rewards, dones = [], [], [], [], [], []
@@ -122,7 +126,10 @@ def roll_out_task(
                 dones.append(step.success)
             successes += step.success
             if not step.success and policy is None:
-                continue
+                raise RuntimeError(
+                    f"{task}: the expert succeeded from reset seed {reset_seed} without frames "
+                    "but not with them; the env is not deterministic"
+                )
             kept += 1
             seeds.append(reset_seed)
             extra = {}
@@ -143,6 +150,20 @@ def roll_out_task(
     yield TaskDemos(task, kept, attempt, seeds, successes)
 
 
+def expert_succeeds(env: mw.MetaWorldTask, reset_seed: int) -> bool:
+    """Whether the expert finishes the episode from `reset_seed`, found by physics alone (a
+    step costs ~0.3 ms, a frame ~65 ms): the env and the expert are deterministic, so the
+    rendered replay of a success is the same episode."""
+    rendering, env.rendering = env.rendering, False
+    try:
+        step = env.reset(reset_seed)
+        while not step.done:
+            step = env.step(env.expert_action())
+        return step.success
+    finally:
+        env.rendering = rendering
+
+
 @dataclass(frozen=True)
 class OnPolicy:
     """DAgger's driver: the exported policy that drives, replanning every `n_action_steps`
@@ -152,6 +173,7 @@ class OnPolicy:
     policy_dir: str
     n_action_steps: int | None
     make_policy: Callable[[], object] = field(repr=False, compare=False)
+    max_steps: int | None = None  # cut each episode here (None: the dataset's step limit)
 
 
 def base_settings(base: Path) -> dict:
@@ -237,6 +259,14 @@ def write_metaworld_dataset(
         )
     max_attempts = episodes_per_task if on_policy else 3 * episodes_per_task + 5
     make_policy = on_policy.make_policy if on_policy is not None else None
+    roll_out_steps = max_steps
+    if on_policy is not None and on_policy.max_steps is not None:
+        if on_policy.max_steps > max_steps:
+            raise ValueError(
+                f"--policy-max-steps {on_policy.max_steps} exceeds the dataset's step limit "
+                f"{max_steps}"
+            )
+        roll_out_steps = on_policy.max_steps
     if on_policy is None and prior is not None:
         _check_seeds(prior, names, seed, max_attempts)
     if not ray.is_initialized():
@@ -249,7 +279,7 @@ def write_metaworld_dataset(
             episodes_per_task,
             image_size,
             seed,
-            max_steps,
+            roll_out_steps,
             max_attempts,
             layout,
             make_policy,
@@ -286,7 +316,11 @@ def write_metaworld_dataset(
             "per_task": report,
             "policy": None
             if on_policy is None
-            else {"policy_dir": on_policy.policy_dir, "n_action_steps": on_policy.n_action_steps},
+            else {
+                "policy_dir": on_policy.policy_dir,
+                "n_action_steps": on_policy.n_action_steps,
+                "max_steps": roll_out_steps,
+            },
             "base": None if base is None else {"root": str(base), **prior},
         }
         (writer.tmp / SIDECAR).parent.mkdir(parents=True, exist_ok=True)

@@ -209,7 +209,8 @@ def test_lerobot_layout_is_metaworld_mt50s_and_trains_here(tmp_path):
 def test_dagger_appends_policy_driven_episodes_labelled_by_the_expert(trained, tmp_path, capsys):
     """`data metaworld --base B --policy P`: B's episodes first, bit for bit, then episodes the
     policy drove (replaying the policy from the same seed reproduces their states) whose every
-    action is the expert's at the state the policy reached; failures are kept too."""
+    action is the expert's at the state the policy reached; failures are kept too, cut at
+    `--policy-max-steps` while the dataset keeps its step limit."""
     base, out, export = tmp_path / "base", tmp_path / "dagger", trained / "export"
     common = ["--tasks", "reach-v3", "--episodes-per-task"]
     assert data_cli(["metaworld", str(base), *common, "1", "--image-size", "32",
@@ -217,6 +218,8 @@ def test_dagger_appends_policy_driven_episodes_labelled_by_the_expert(trained, t
     refused = [
         ["--image-size", "64"],  # the base fixes the frame size
         ["--n-action-steps", "2"],  # without --policy it means nothing
+        ["--policy-max-steps", "30"],  # nor this
+        ["--policy", str(export), "--policy-max-steps", "101"],  # past the base's step limit
     ]
     for extra in refused:
         capsys.readouterr()
@@ -225,11 +228,13 @@ def test_dagger_appends_policy_driven_episodes_labelled_by_the_expert(trained, t
     expert_again = ["metaworld", str(out), *common, "1", "--base", str(base), "--seed", "0"]
     assert data_cli(expert_again) == 1 and not out.exists()  # would replay the base's scene
     args = [*common, "2", "--base", str(base), "--policy", str(export), "--seed", "50"]
-    assert data_cli(["metaworld", str(out), *args, "--n-action-steps", "2"]) == 0
+    cut = ["--n-action-steps", "2", "--policy-max-steps", "30"]
+    assert data_cli(["metaworld", str(out), *args, *cut]) == 0
     assert find_problems(out) == []
     sidecar = json.loads((out / "meta" / "metaworld.json").read_text())
-    assert sidecar["policy"] == {"policy_dir": str(export), "n_action_steps": 2}
+    assert sidecar["policy"] == {"policy_dir": str(export), "n_action_steps": 2, "max_steps": 30}
     assert sidecar["base"]["root"] == str(base) and sidecar["layout"] == "lerobot"
+    assert sidecar["max_steps"] == 100
     report = sidecar["per_task"]["reach-v3"]
     assert report["episodes"] == report["attempts"] == 2 and report["reset_seeds"] == [50, 51]
     copied, *driven = list(read_episodes(out))
@@ -237,7 +242,7 @@ def test_dagger_appends_policy_driven_episodes_labelled_by_the_expert(trained, t
     for key in ("state", "action"):
         np.testing.assert_array_equal(getattr(copied, key), getattr(original, key))
     np.testing.assert_array_equal(copied.cameras[mw.IMAGE_KEY], original.cameras[mw.IMAGE_KEY])
-    env = mw.MetaWorldTask("reach-v3", image_size=32, max_steps=100)
+    env = mw.MetaWorldTask("reach-v3", image_size=32, max_steps=30)
     policy = policy_lib.load(export, seed=50, n_action_steps=2)
     successes = 0
     for episode, seed in zip(driven, report["reset_seeds"], strict=True):
@@ -249,6 +254,7 @@ def test_dagger_appends_policy_driven_episodes_labelled_by_the_expert(trained, t
             states.append(step.state)
             step = env.step(act(step))
         np.testing.assert_array_equal(np.stack(states), episode.state)
+        assert len(states) <= 30
         assert bool(episode.extra["next.success"][-1]) == step.success
         successes += step.success
     env.close()

@@ -74,8 +74,9 @@ def stage_target(command: list[str]) -> str:
 
 def test_two_rounds_chain_data_policies_and_seeds(tmp_path: Path) -> None:
     result, commands = run_script(
-        tmp_path, DAGGER_ROUNDS="2", DAGGER_EPISODES="7", STEPS="30", DAGGER_STEPS="40"
-    )
+        tmp_path, DAGGER_ROUNDS="2", DAGGER_EPISODES="7", STEPS="30", DAGGER_STEPS="40",
+        DAGGER_MAX_STEPS="150",
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     out = tmp_path / "out"
     stages = [(c[1], stage_target(c)) for c in commands]
@@ -98,6 +99,7 @@ def test_two_rounds_chain_data_policies_and_seeds(tmp_path: Path) -> None:
     )  # fmt: skip
     assert (value(round1, "--seed"), value(round2, "--seed")) == ("2000", "2007")
     assert value(round1, "--episodes-per-task") == "7"
+    assert value(round1, "--policy-max-steps") == value(round2, "--policy-max-steps") == "150"
     assert value(train1, "--model.init_from") == str(out / "flow_vla" / "export")
     assert value(train2, "--model.init_from") == str(out / "flow_vla_dagger1" / "export")
     assert value(train2, "--data.root") == str(out / "data_dagger2")
@@ -128,7 +130,8 @@ def test_no_dagger_scores_the_first_policy(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "bad"), [("DAGGER_ROUNDS", "0"), ("STEPS", "4k"), ("DAGGER_EPISODES", "-1")]
+    ("name", "bad"),
+    [("DAGGER_ROUNDS", "0"), ("STEPS", "4k"), ("DAGGER_EPISODES", "-1"), ("DAGGER_MAX_STEPS", "0")],
 )
 def test_bad_setting_is_one_line_before_any_stage(tmp_path: Path, name: str, bad: str) -> None:
     result, commands = run_script(tmp_path, **{name: bad})
