@@ -15,7 +15,8 @@
 #      (reset seeds 1000 + k, 500-step limit, LeRobot's frames), replanning every N_ACTION_STEPS
 #      of its 8-action chunk.
 # Prints the MT10 average last. Outputs: $OUT/data, $OUT/flow_vla (run, metrics, export),
-# $OUT/eval_flow_vla/scores.json and rollouts/*.mp4 (with DAgger also $OUT/data_dagger<r> and
+# $OUT/eval_<policy>/scores.json and rollouts/*.mp4, named after the policy scored, so that a rerun
+# with more rounds scores the new policy beside the old one's eval (with DAgger also $OUT/data_dagger<r> and
 # $OUT/flow_vla_dagger<r> for each round r, and the eval is of the last round's policy).
 #
 #   benchmarks/metaworld_mt10.sh [OUT]
@@ -83,9 +84,9 @@ if [ "$DAGGER_EPISODES" -gt 0 ]; then
 fi
 
 $PY -m raytrain_vla.eval "$OUT/$POLICY/export" --env metaworld --tasks mt10 --episodes 10 \
-  --seed 1000 --n-action-steps "$N_ACTION_STEPS" --workers 2 --out "$OUT/eval_flow_vla"
+  --seed 1000 --n-action-steps "$N_ACTION_STEPS" --workers 2 --out "$OUT/eval_$POLICY"
 
 $PY -c "import json, sys; s = json.load(open(sys.argv[1]))
 for name in ('policy', 'random', 'expert'):
     if name in s: print(f'MT10 {name}: {s[name][\"success_rate\"]:.2f}', s[name]['per_task'])" \
-  "$OUT/eval_flow_vla/scores.json"
+  "$OUT/eval_$POLICY/scores.json"

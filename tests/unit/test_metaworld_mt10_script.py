@@ -108,15 +108,24 @@ def test_two_rounds_chain_data_policies_and_seeds(tmp_path: Path) -> None:
 
 
 def test_rerun_keeps_finished_stages(tmp_path: Path) -> None:
-    run_script(tmp_path, DAGGER_ROUNDS="1")
+    """A rerun with one more round adds that round and scores its policy in a directory of its
+    own: the first run's eval stays, and the eval (which, like the stub, refuses a non-empty
+    `--out`) does not stop the script."""
+    first, _ = run_script(tmp_path, DAGGER_ROUNDS="1")
+    assert first.returncode == 0, first.stderr
     (tmp_path / "commands.jsonl").unlink()
-    _, commands = run_script(tmp_path, DAGGER_ROUNDS="2")
+    result, commands = run_script(tmp_path, DAGGER_ROUNDS="2")
+    assert result.returncode == 0, result.stderr
     assert [c[1] for c in commands] == [
         "raytrain_vla.data_cli",
         "raytrain_vla.run",
         "raytrain_vla.eval",
     ]
-    assert value(commands[0], "--base") == str(tmp_path / "out" / "data_dagger1")
+    out = tmp_path / "out"
+    assert value(commands[0], "--base") == str(out / "data_dagger1")
+    assert value(commands[-1], "--out") == str(out / "eval_flow_vla_dagger2")
+    assert (out / "eval_flow_vla_dagger1" / "scores.json").is_file()
+    assert "MT10 policy: 0.50" in result.stdout
 
 
 def test_no_dagger_scores_the_first_policy(tmp_path: Path) -> None:
