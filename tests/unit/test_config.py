@@ -93,6 +93,7 @@ def test_lr_groups_from_the_command_line():
         (["--ray.run_name=a/b"], "'ray.run_name': 'a/b'"),
         (["--ray.run_name=.."], "'ray.run_name': '..'"),
         (["--ray.run_name="], "'ray.run_name': ''"),
+        (["--model.flow_vla.vision_strides=[2, 0]"], "'model.flow_vla.vision_strides': [2, 0]"),
     ],
 )
 def test_bad_keys_and_values_name_the_key(args, fragment):

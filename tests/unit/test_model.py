@@ -8,8 +8,10 @@ import re
 import pytest
 import torch
 
+from raytrain_vla.common.spec import DataSpec
 from raytrain_vla.models.flow_vla.config import FlowVLAConfig
 from raytrain_vla.models.flow_vla.model import FlowVLA, count_parameters
+from raytrain_vla.models.flow_vla.options import FlowVLAOptions
 from raytrain_vla.models.flow_vla.tokenizer import tokenize
 from raytrain_vla.models.registry import FAMILIES, get_family
 from raytrain_vla.train.noise import flow_noise_and_time
@@ -182,6 +184,28 @@ def test_config_round_trip_and_errors():
         FlowVLAConfig.from_dict({**d, "dmodel": 3})
     with pytest.raises(ValueError, match="huge"):
         FlowVLAConfig.from_size("huge")
+
+
+def test_vision_strides_keep_256_px_at_the_tokens_128_px_get():
+    """`model.flow_vla.vision_strides` adds stem convs (the preset's last width) so a larger
+    frame reaches the transformer as the same token grid; the preset is untouched without it."""
+    family = get_family("flow_vla")
+    spec = DataSpec(
+        camera_shapes={CAMS[0]: (3, 256, 256)}, state_dim=S, action_dim=A, chunk_size=CHUNK
+    )
+    plain = FlowVLAConfig.resolve(FlowVLAOptions(), spec)
+    finer = FlowVLAConfig.resolve(FlowVLAOptions(vision_strides=(2, 2, 2, 2)), spec)
+    assert (plain.vision_strides, plain.vision_channels) == ((2, 2, 2), (32, 32, 32))
+    assert (finer.vision_strides, finer.vision_channels) == ((2, 2, 2, 2), (32, 32, 32, 32))
+    assert family.input_budget(plain).tokens_per_camera == 32 * 32
+    assert family.input_budget(finer).tokens_per_camera == 16 * 16
+    assert FlowVLAConfig.from_dict(finer.to_dict()) == finer  # what an export rebuilds from
+    model = family.build(dataclasses.replace(finer, max_text_len=24))
+    tokens, mask = tokenize(["reach"] * 2, 24)
+    obs = {"images": {CAMS[0]: torch.rand(2, 3, 256, 256)}, "state": torch.randn(2, S),
+           "text_tokens": tokens, "text_mask": mask}  # fmt: skip
+    noise = torch.randn(2, CHUNK, A)
+    assert model.sample_actions(obs, noise).shape == (2, CHUNK, A)
 
 
 def test_registry_unknown_type_lists_known():

@@ -72,10 +72,22 @@ class FlowVLAConfig:
     @classmethod
     def resolve(cls, options: FlowVLAOptions, spec: DataSpec) -> FlowVLAConfig:
         """The size preset with the data's shapes. Cameras are seen at `data.image_size`, else at
-        the first camera's resolution (the processor resizes every camera to it)."""
+        the first camera's resolution (the processor resizes every camera to it). Given
+        `vision_strides` replace the preset's; extra convs keep its last width."""
         image_size = spec.image_size or spec.camera_shapes[spec.camera_keys[0]][1:]
         return cls.from_size(
             options.size, camera_keys=tuple(spec.camera_keys), image_size=tuple(image_size),
             state_dim=spec.state_dim, action_dim=spec.action_dim, chunk_size=spec.chunk_size,
             max_text_len=options.max_text_len, num_inference_steps=options.num_inference_steps,
+            **stem_override(options.size, options.vision_strides),
         )  # fmt: skip
+
+
+def stem_override(size: str, strides: tuple[int, ...]) -> dict[str, Any]:
+    """The stem dims for user-given strides (none: the preset's own): one conv per stride, the
+    preset's widths first, then its last width repeated (or cut to the first len(strides))."""
+    if not strides:
+        return {}
+    widths = tuple(SIZE_PRESETS[size]["vision_channels"])
+    widths = (widths + (widths[-1],) * len(strides))[: len(strides)]
+    return {"vision_strides": tuple(strides), "vision_channels": widths}

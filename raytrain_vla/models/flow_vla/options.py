@@ -25,6 +25,10 @@ class FlowVLAOptions(FamilyOptions):
     size: FlowVLASize = "tiny"  # about 3M, 40M and 1B parameters
     num_inference_steps: int = 10  # Euler steps of the flow at inference
     max_text_len: int = 48  # instructions are byte-tokenized; longer ones are an error
+    # Each vision-stem conv's stride; empty: the size preset's. Convs past the preset's count
+    # keep its last width, so [2, 2, 2, 2] sees 256 px frames as the same 16 x 16 tokens the
+    # tiny preset makes of 128 px ones: finer pixels for small goal markers, no more tokens.
+    vision_strides: tuple[int, ...] = ()
 
     def check(self, key: str) -> None:
         for name in ("max_text_len", "num_inference_steps"):
@@ -33,6 +37,11 @@ class FlowVLAOptions(FamilyOptions):
                 raise ValueError(
                     f"bad value for '{key}.{name}': {value}, expected a positive integer"
                 )
+        if any(stride < 1 for stride in self.vision_strides):
+            raise ValueError(
+                f"bad value for '{key}.vision_strides': {list(self.vision_strides)}, expected "
+                "positive integers (or [] for the size preset's)"
+            )
 
 
 OPTIONS = FlowVLAOptions  # what models/registry.py registers
