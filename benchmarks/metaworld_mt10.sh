@@ -51,17 +51,7 @@ export RAYTRAIN_VLA_PROGRESS=${RAYTRAIN_VLA_PROGRESS:-1}
   $PY -m raytrain_vla.data_cli metaworld "$OUT/data" --tasks mt10 \
     --episodes-per-task "$EPISODES_PER_TASK" --image-size 128 --layout lerobot --seed 0
 
-train() {  # train RUN_NAME DATA STEPS [more overrides]: the recipe, the same for both rounds
-  local name=$1 data=$2 steps=$3
-  shift 3
-  $PY -m raytrain_vla.run --data.root="$data" --ray.storage_path="$OUT" --ray.resume=never \
-    --ray.run_name="$name" --train.steps="$steps" --train.global_batch_size=64 \
-    --train.micro_batch_size=32 --train.val_interval=1000 --train.save_interval=1000 \
-    --train.log_interval=50 --train.reshard_after_forward=false \
-    --optimizer.type=muon --optimizer.groups=[] --optimizer.lr=3e-3 --scheduler.type=cosine \
-    --data.shuffle_window=1000000 --data.augment.max_shift_px=4 \
-    --logging.wandb_mode=disabled --eval.episodes=0 "$@"
-}
+. benchmarks/metaworld_recipe.sh  # train(): the recipe, the same for every round
 
 # Each stage whose output exists is kept (rerun with another OUT to start over).
 [ -d "$OUT/flow_vla/export" ] || train flow_vla "$OUT/data" "$STEPS"

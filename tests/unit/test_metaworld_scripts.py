@@ -1,7 +1,9 @@
-"""benchmarks/metaworld_mt10.sh wires its DAgger rounds right: each round rolls out the last
-policy on fresh reset seeds, extends the last dataset, and trains from the last export; the
-eval scores the last round's policy. A stub interpreter records the commands and creates each
-stage's output, so the test takes milliseconds and starts nothing."""
+"""The Meta-World benchmark scripts wire their stages right. metaworld_mt10.sh: each DAgger round
+rolls out the last policy on fresh reset seeds, extends the last dataset, and trains from the
+last export; the eval scores the last round's policy. metaworld_frame_size.sh: both arms train
+on the same demos for the same steps, differ only in frame size and stem, and are scored alike.
+A stub interpreter records the commands and creates each stage's output, so the tests take
+milliseconds and start nothing."""
 
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "metaworld_mt10.sh"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+SCRIPT = BENCHMARKS / "metaworld_mt10.sh"
+FRAME_SIZE_SCRIPT = BENCHMARKS / "metaworld_frame_size.sh"
 
 STUB = """#!{python}
 import json, os, sys
@@ -30,6 +34,7 @@ if args[1] == "raytrain_vla.data_cli":
     (Path(args[3]) / "meta" / "info.json").write_text("{{}}")
 elif args[1] == "raytrain_vla.run":
     (Path(flags["ray.storage_path"]) / flags["ray.run_name"] / "export").mkdir(parents=True)
+    print("summary: " + json.dumps({{"wall_s": 9.5, "samples_per_s": 64.0, "val_mse_ratio": 0.25}}))
 elif args[1] == "raytrain_vla.eval":
     out = Path(args[args.index("--out") + 1])
     out.mkdir(parents=True)
@@ -38,13 +43,15 @@ elif args[1] == "raytrain_vla.eval":
 """
 
 
-def run_script(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
+def run_script(
+    tmp_path: Path, script: Path = SCRIPT, **env: str
+) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
     stub = tmp_path / "stub_python"
     stub.write_text(STUB.format(python=sys.executable))
     stub.chmod(0o755)
     log = tmp_path / "commands.jsonl"
     result = subprocess.run(
-        ["bash", str(SCRIPT), str(tmp_path / "out")],
+        ["bash", str(script), str(tmp_path / "out")],
         env={**os.environ, "PY": str(stub), "STUB_LOG": str(log), **env},
         capture_output=True,
         text=True,
@@ -147,4 +154,50 @@ def test_bad_setting_is_one_line_before_any_stage(tmp_path: Path, name: str, bad
     assert result.returncode == 2
     assert result.stderr.strip() == result.stderr.strip().splitlines()[0]
     assert f"bad {name}={bad}" in result.stderr
+    assert commands == []
+
+
+def test_frame_size_arms_share_demos_steps_and_scoring(tmp_path: Path) -> None:
+    result, commands = run_script(tmp_path, FRAME_SIZE_SCRIPT, STEPS="30")
+    assert result.returncode == 0, result.stderr
+    out = tmp_path / "out"
+    assert [(c[1], stage_target(c)) for c in commands] == [
+        ("raytrain_vla.data_cli", str(out / "data")),
+        ("raytrain_vla.run", "at128"),
+        ("raytrain_vla.eval", str(out / "at128" / "export")),
+        ("raytrain_vla.run", "at256"),
+        ("raytrain_vla.eval", str(out / "at256" / "export")),
+    ]
+    data, train128, eval128, train256, eval256 = commands
+    assert value(data, "--image-size") == "256"
+    tasks = "reach,push,pick-place,peg-insert-side"
+    assert value(data, "--tasks") == value(eval128, "--tasks") == value(eval256, "--tasks") == tasks
+    for train in (train128, train256):
+        assert value(train, "--data.root") == str(out / "data")
+        assert value(train, "--train.steps") == "30"
+    assert value(train128, "--data.image_size") == "[128,128]"
+    assert "--model.flow_vla.vision_strides=[2,2,2,2]" not in train128
+    assert value(train256, "--model.flow_vla.vision_strides") == "[2,2,2,2]"
+    assert not any(a.startswith("--data.image_size") for a in train256)
+    last_shift = [
+        [a for a in t if a.startswith("--data.augment.max_shift_px=")][-1]
+        for t in (train128, train256)
+    ]
+    assert last_shift == ["--data.augment.max_shift_px=4", "--data.augment.max_shift_px=8"]
+    for ev in (eval128, eval256):
+        assert (value(ev, "--seed"), value(ev, "--episodes")) == ("1000", "10")
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["at256"] == {
+        "success_rate": 0.5, "per_task": {}, "train_wall_s": 9.5, "samples_per_s": 64.0,
+        "val_mse_ratio": 0.25,
+    }  # fmt: skip
+
+
+def test_frame_size_bad_setting_is_one_line_before_any_stage(tmp_path: Path) -> None:
+    result, commands = run_script(tmp_path, FRAME_SIZE_SCRIPT, STEPS="2k")
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip()
+        == "metaworld_frame_size.sh: bad STEPS=2k, expected a positive integer"
+    )
     assert commands == []
