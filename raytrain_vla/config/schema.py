@@ -70,6 +70,12 @@ class DataConfig:
     normalization_per_feature: dict[str, NormalizationMode] = field(default_factory=dict)
     # Resize camera images to [H, W] for the model; empty keeps the dataset's resolution.
     image_size: list[int] = field(default_factory=list)
+    # [low, high]: training and validation targets are actions clipped to this range, and
+    # their statistics (normalisation, the mean-action baseline) are those of the clipped
+    # actions, computed when the dataset opens. For data that stores what a controller asked
+    # for beyond what the robot executes (lerobot/metaworld_mt50: the env clips to [-1, 1]).
+    # Empty: actions as stored.
+    action_clip: list[float] = field(default_factory=list)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     # Ray Data: at most this many samples per read task. Tasks also end where the plan's
     # shuffle window changes (see read_tasks_follow_windows) and at read_task_max_mb.

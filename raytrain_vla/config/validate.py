@@ -61,6 +61,7 @@ def validate(cfg: Config) -> None:
         raise ConfigError(
             f"bad value for 'data.image_size': {cfg.data.image_size}, expected [H, W] or []"
         )
+    _check_action_clip(cfg.data)
     if cfg.ray.resources_per_worker.get("GPU", 0) > 0 and not cfg.ray.use_gpu:
         raise ConfigError(
             f"'ray.resources_per_worker' {cfg.ray.resources_per_worker} asks for a GPU but "
@@ -155,6 +156,23 @@ def _check_metaworld_eval(cfg: Config) -> None:
         raise ConfigError(
             f"eval.env=metaworld with eval.episodes={ev.episodes} needs Meta-World: "
             "pip install 'raytrain_vla[metaworld]' (or eval.episodes=0)"
+        )
+
+
+def _check_action_clip(data: DataConfig) -> None:
+    """[low, high] with finite low < high, on one dataset (a mixture normalises per robot)."""
+    clip = data.action_clip
+    if not clip:
+        return
+    if len(clip) != 2 or not all(math.isfinite(v) for v in clip) or not clip[0] < clip[1]:
+        raise ConfigError(
+            f"bad value for 'data.action_clip': {list(clip)}, expected [low, high] with "
+            "low < high, or [] for actions as stored"
+        )
+    if data.mixture:
+        raise ConfigError(
+            "'data.action_clip' applies to one dataset; with data.mixture each robot keeps "
+            "its own actions (leave action_clip empty)"
         )
 
 

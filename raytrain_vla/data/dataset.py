@@ -4,6 +4,7 @@ the sample source (LeRobot files or precomputed shards) that Ray Data read tasks
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from raytrain_vla.data.formats.lerobot_source import LeRobotSource
 from raytrain_vla.data.formats.shards.manifest import MANIFEST
 from raytrain_vla.data.formats.shards.reader import ShardSource
 from raytrain_vla.data.plan import SamplePlan
+from raytrain_vla.data.stats import clipped_action_stats
 
 
 def root_fingerprint(root: str | Path) -> str:
@@ -78,6 +80,10 @@ class DatasetView:
     def open(cls, cfg: DataConfig, seed: int, global_batch_size: int) -> DatasetView:
         root = as_path(cfg.root)
         meta = LeRobotMeta.load(root)
+        if cfg.action_clip:  # everything below sees the statistics of what it trains on
+            low, high = cfg.action_clip
+            clipped = clipped_action_stats(meta, low, high)
+            meta = dataclasses.replace(meta, stats={**meta.stats, ACTION: clipped})
         if (root / MANIFEST).is_file():  # precomputed shards (formats/shards.py), same samples
             source: LeRobotSource | ShardSource = ShardSource(root, cfg.chunk_size)
         else:

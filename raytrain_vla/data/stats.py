@@ -13,7 +13,7 @@ import numpy as np
 import ray
 
 from raytrain_vla.common.atomic import write_text_atomic
-from raytrain_vla.data.formats.lerobot import DatasetError, LeRobotMeta
+from raytrain_vla.data.formats.lerobot import ACTION, DatasetError, LeRobotMeta, read_frames_table
 
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
 SKIP = {"index", "episode_index", "frame_index", "task_index", "timestamp"}
@@ -58,16 +58,30 @@ def compute_stats(
             raise DatasetError(f"{meta.root / 'data'}: no rows for feature '{feat}'")
         if not np.isfinite(values).all():
             raise DatasetError(f"{meta.root / 'data'}: feature '{feat}' contains NaN or inf")
-        entry = {
-            "mean": values.mean(0),
-            "std": values.std(0),
-            "min": values.min(0),
-            "max": values.max(0),
-            "count": np.array([len(values)]),
-        }
-        entry.update({name: np.quantile(values, q, axis=0) for name, q in QUANTILES.items()})
-        stats[feat] = {k: v.tolist() for k, v in entry.items()}
+        stats[feat] = {k: v.tolist() for k, v in feature_stats(values).items()}
     return stats
+
+
+def feature_stats(values: np.ndarray) -> dict[str, np.ndarray]:
+    """LeRobot's statistics of one feature's (N, D) values: mean, std, min, max, count and
+    the quantiles."""
+    entry = {
+        "mean": values.mean(0),
+        "std": values.std(0),
+        "min": values.min(0),
+        "max": values.max(0),
+        "count": np.array([len(values)]),
+    }
+    entry.update({name: np.quantile(values, q, axis=0) for name, q in QUANTILES.items()})
+    return entry
+
+
+def clipped_action_stats(meta: LeRobotMeta, low: float, high: float) -> dict[str, np.ndarray]:
+    """The statistics of every frame's action clipped to [low, high], read from the data files
+    (one column): what `data.action_clip` trains on."""
+    table = read_frames_table(meta, [ACTION])
+    values = np.clip(_as_matrix(table[ACTION].to_numpy(zero_copy_only=False)), low, high)
+    return feature_stats(values)
 
 
 def write_stats(root: str | Path, force: bool = False) -> tuple[Path, bool]:

@@ -33,10 +33,13 @@ class ReadTransform:
     processor: InputProcessor
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     seed: int = 0
+    action_clip: tuple[float, ...] = ()  # `data.action_clip`: targets clipped before encoding
 
     def __call__(self, cols: dict[str, np.ndarray], epochs: np.ndarray) -> dict[str, np.ndarray]:
         cols = dict(cols)
         cols.pop("task_index", None)  # the read carries the task strings themselves
+        if self.action_clip and "actions" in cols:
+            cols["actions"] = np.clip(cols["actions"], *self.action_clip)
         hook = None
         if augment_enabled(self.augment):
             ids = cols["sample_id"]
@@ -77,7 +80,9 @@ def train_stream(
         tasks,
         micro,
         tasks_per_segment=cfg.data.read_tasks_per_segment,
-        post=ReadTransform(processor, cfg.data.augment, cfg.train.seed),
+        post=ReadTransform(
+            processor, cfg.data.augment, cfg.train.seed, tuple(cfg.data.action_clip)
+        ),
         frame_size=processor.frame_size,
     )
 
@@ -96,7 +101,8 @@ def val_batches(
     w = torch.from_numpy(weight[rank * per_rank : (rank + 1) * per_rank])
     batches = iter_rank_batches(
         view.source, mine, micro, samples_per_task(cfg, view.spec, processor.frame_size),
-        post=ReadTransform(processor), frame_size=processor.frame_size,
+        post=ReadTransform(processor, action_clip=tuple(cfg.data.action_clip)),
+        frame_size=processor.frame_size,
     )  # fmt: skip
     return [
         (processor.collate(cols, device), w[i * micro : (i + 1) * micro])
