@@ -17,7 +17,8 @@
 #
 #   benchmarks/metaworld_frame_size.sh [OUT]
 # Environment: STEPS (default 2000), TASKS (default reach,push,pick-place,peg-insert-side),
-# EPISODES_PER_TASK (50), N_ACTION_STEPS (2), PY (default .venv/bin/python).
+# EPISODES_PER_TASK (50), N_ACTION_STEPS (2), ACTION_CLIP (LOW,HIGH: both arms train on clipped
+# actions; default empty), PY (default .venv/bin/python).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/metaworld_frame_size}

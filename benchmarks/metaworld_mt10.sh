@@ -22,8 +22,8 @@
 #   benchmarks/metaworld_mt10.sh [OUT]
 # Environment: STEPS (default 4000), N_ACTION_STEPS (default 2), EPISODES_PER_TASK (50),
 # DAGGER_EPISODES (default 20; 0: no DAgger), DAGGER_STEPS (default 10000), DAGGER_ROUNDS
-# (default 1), DAGGER_MAX_STEPS (default 500, the step limit), PY (the interpreter, default
-# .venv/bin/python).
+# (default 1), DAGGER_MAX_STEPS (default 500, the step limit), ACTION_CLIP (LOW,HIGH: train on
+# clipped actions; default empty, as stored), PY (the interpreter, default .venv/bin/python).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/metaworld_mt10}
@@ -46,12 +46,11 @@ done
   exit 2
 }
 export RAYTRAIN_VLA_PROGRESS=${RAYTRAIN_VLA_PROGRESS:-1}
+. benchmarks/metaworld_recipe.sh  # train(): the recipe, the same for every round (checks ACTION_CLIP)
 
 [ -f "$OUT/data/meta/info.json" ] ||
   $PY -m raytrain_vla.data_cli metaworld "$OUT/data" --tasks mt10 \
     --episodes-per-task "$EPISODES_PER_TASK" --image-size 128 --layout lerobot --seed 0
-
-. benchmarks/metaworld_recipe.sh  # train(): the recipe, the same for every round
 
 # Each stage whose output exists is kept (rerun with another OUT to start over).
 [ -d "$OUT/flow_vla/export" ] || train flow_vla "$OUT/data" "$STEPS"

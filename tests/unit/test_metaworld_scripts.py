@@ -201,3 +201,26 @@ def test_frame_size_bad_setting_is_one_line_before_any_stage(tmp_path: Path) -> 
         == "metaworld_frame_size.sh: bad STEPS=2k, expected a positive integer"
     )
     assert commands == []
+
+
+def test_action_clip_reaches_every_training_run_and_nothing_else(tmp_path: Path) -> None:
+    result, commands = run_script(tmp_path, ACTION_CLIP="-1,1", DAGGER_ROUNDS="2")
+    assert result.returncode == 0, result.stderr
+    trains = [c for c in commands if c[1] == "raytrain_vla.run"]
+    assert len(trains) == 3
+    assert all(value(c, "--data.action_clip") == "[-1,1]" for c in trains)
+    others = [c for c in commands if c[1] != "raytrain_vla.run"]
+    assert not any(a.startswith("--data.action_clip") for c in others for a in c)
+    (tmp_path / "plain").mkdir()
+    _, plain = run_script(tmp_path / "plain")
+    assert not any(a.startswith("--data.action_clip") for c in plain for a in c)
+
+
+@pytest.mark.parametrize("script", [SCRIPT, FRAME_SIZE_SCRIPT])
+def test_bad_action_clip_is_one_line_before_any_stage(tmp_path: Path, script: Path) -> None:
+    result, commands = run_script(tmp_path, script, ACTION_CLIP="1")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"{script.name}: bad ACTION_CLIP=1, expected LOW,HIGH (e.g. -1,1) or empty"
+    )
+    assert commands == []
