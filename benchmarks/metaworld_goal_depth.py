@@ -12,8 +12,12 @@ projects every goal through the camera at `--image-size`, and reports:
 - `reset_marker_stale`: resets whose goal marker is drawn away from the goal at the reset frame.
   Meta-World moves the marker's site after its last forward pass, so frame 0 of an episode (in
   LeRobot's env as here) shows the marker where it was before; it is right from step 1 on.
+With `--dataset ROOT` (a `data metaworld` or `lerobot/metaworld_mt50` dataset) it also reports,
+per task, the stored xyz actions' median and 99th-percentile magnitude and the share beyond
++-1 (what the env executes), beside the whole dataset's action std.
 
     MUJOCO_GL=egl python benchmarks/metaworld_goal_depth.py [--tasks reach,pick-place,push]
+        [--dataset ROOT]
 """
 
 from __future__ import annotations
@@ -68,12 +72,34 @@ def analyse(task: str, resets: int, image_size: int, pixel_radius: float) -> dic
     }
 
 
+def action_magnitudes(root: str) -> dict:
+    """Per task: how large the stored xyz actions are against the +-1 the env executes."""
+    from raytrain_vla.data.formats.lerobot import ACTION, LeRobotMeta, read_frames_table
+
+    meta = LeRobotMeta.load(root)
+    table = read_frames_table(meta, [ACTION, "task_index"])
+    actions = np.stack(table[ACTION].to_numpy(zero_copy_only=False)).astype(np.float64)
+    task_of = table["task_index"].to_numpy()
+    per_task = {}
+    for index, task in enumerate(meta.tasks):
+        xyz = np.abs(actions[task_of == index, :3])
+        if len(xyz):
+            per_task[task] = {
+                "frames": len(xyz),
+                "median_abs": round(float(np.median(xyz)), 3),
+                "p99_abs": round(float(np.quantile(xyz, 0.99)), 2),
+                "beyond_1": round(float((xyz > 1).mean()), 3),
+            }
+    return {"action_std": actions.std(0).round(3).tolist(), "per_task": per_task}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", default="reach,pick-place,push")
     parser.add_argument("--resets", type=int, default=3000)
     parser.add_argument("--image-size", type=int, default=128)
     parser.add_argument("--pixel-radius", type=float, default=1.0)
+    parser.add_argument("--dataset", default="", help="also report this dataset's actions")
     args = parser.parse_args()
     tasks = resolve_tasks(args.tasks)
     unknown = [t for t in tasks if t not in SUCCESS_RADIUS]
@@ -86,6 +112,8 @@ def main() -> None:
         "resets": args.resets,
         "tasks": {t: analyse(t, args.resets, args.image_size, args.pixel_radius) for t in tasks},
     }
+    if args.dataset:
+        report["actions"] = action_magnitudes(args.dataset)
     print(json.dumps(report))
 
 
