@@ -81,6 +81,12 @@ class DatasetView:
         root = as_path(cfg.root)
         meta = LeRobotMeta.load(root)
         if cfg.action_clip:  # everything below sees the statistics of what it trains on
+            if (root / MANIFEST).is_file():
+                raise DatasetError(
+                    f"{root}: 'data.action_clip' computes the clipped actions' statistics from "
+                    "a LeRobot dataset's frames, and shards hold samples; train on the LeRobot "
+                    "root, or leave action_clip empty"
+                )
             low, high = cfg.action_clip
             clipped = clipped_action_stats(meta, low, high)
             meta = dataclasses.replace(meta, stats={**meta.stats, ACTION: clipped})

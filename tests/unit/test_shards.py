@@ -212,3 +212,9 @@ def test_a_shard_changed_since_it_was_written_is_refused(shards, tmp_path):
     with pytest.raises(SystemExit) as exit_code:
         main(["inspect", str(copy)])
     assert exit_code.value.code != 0
+
+
+def test_action_clip_on_shards_is_refused_naming_the_root(shards):
+    """Clipped statistics need the frames; shards hold samples, so the run is refused."""
+    with pytest.raises(DatasetError, match=r"shards.*'data.action_clip'"):
+        DatasetView.open(DataConfig(root=str(shards), action_clip=[-1.0, 1.0]), 1, 4)
