@@ -94,6 +94,12 @@ def test_lr_groups_from_the_command_line():
         (["--ray.run_name=.."], "'ray.run_name': '..'"),
         (["--ray.run_name="], "'ray.run_name': ''"),
         (["--model.flow_vla.vision_strides=[2, 0]"], "'model.flow_vla.vision_strides': [2, 0]"),
+        (["--model.flow_vla.keypoints=-1"], "'model.flow_vla.keypoints': -1"),
+        (["--model.flow_vla.vision_channels=[64, 64]"], "expected 3 widths, one per stem conv"),
+        (
+            ["--model.flow_vla.vision_strides=[2,2,2,2]", "--model.flow_vla.vision_channels=[8]"],
+            "'model.flow_vla.vision_channels': [8], expected 4 widths",
+        ),
     ],
 )
 def test_bad_keys_and_values_name_the_key(args, fragment):

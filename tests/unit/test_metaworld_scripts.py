@@ -1,7 +1,7 @@
 """The Meta-World benchmark scripts wire their stages right. metaworld_mt10.sh: each DAgger round
 rolls out the last policy on fresh reset seeds, extends the last dataset, and trains from the
-last export; the eval scores the last round's policy. metaworld_frame_size.sh: both arms train
-on the same demos for the same steps, differ only in frame size and stem, and are scored alike.
+last export; the eval scores the last round's policy. metaworld_four_tasks.sh: its arms train
+on the same demos for the same steps, differ only in their own overrides, and are scored alike.
 A stub interpreter records the commands and creates each stage's output, so the tests take
 milliseconds and start nothing."""
 
@@ -18,7 +18,7 @@ import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 SCRIPT = BENCHMARKS / "metaworld_mt10.sh"
-FRAME_SIZE_SCRIPT = BENCHMARKS / "metaworld_frame_size.sh"
+FOUR_TASKS_SCRIPT = BENCHMARKS / "metaworld_four_tasks.sh"
 
 STUB = """#!{python}
 import json, os, sys
@@ -157,8 +157,8 @@ def test_bad_setting_is_one_line_before_any_stage(tmp_path: Path, name: str, bad
     assert commands == []
 
 
-def test_frame_size_arms_share_demos_steps_and_scoring(tmp_path: Path) -> None:
-    result, commands = run_script(tmp_path, FRAME_SIZE_SCRIPT, STEPS="30")
+def test_four_task_arms_share_demos_steps_and_scoring(tmp_path: Path) -> None:
+    result, commands = run_script(tmp_path, FOUR_TASKS_SCRIPT, STEPS="30")
     assert result.returncode == 0, result.stderr
     out = tmp_path / "out"
     assert [(c[1], stage_target(c)) for c in commands] == [
@@ -193,12 +193,12 @@ def test_frame_size_arms_share_demos_steps_and_scoring(tmp_path: Path) -> None:
     }  # fmt: skip
 
 
-def test_frame_size_bad_setting_is_one_line_before_any_stage(tmp_path: Path) -> None:
-    result, commands = run_script(tmp_path, FRAME_SIZE_SCRIPT, STEPS="2k")
+def test_four_tasks_bad_setting_is_one_line_before_any_stage(tmp_path: Path) -> None:
+    result, commands = run_script(tmp_path, FOUR_TASKS_SCRIPT, STEPS="2k")
     assert result.returncode == 2
     assert (
         result.stderr.strip()
-        == "metaworld_frame_size.sh: bad STEPS=2k, expected a positive integer"
+        == "metaworld_four_tasks.sh: bad STEPS=2k, expected a positive integer"
     )
     assert commands == []
 
@@ -216,7 +216,32 @@ def test_action_clip_reaches_every_training_run_and_nothing_else(tmp_path: Path)
     assert not any(a.startswith("--data.action_clip") for c in plain for a in c)
 
 
-@pytest.mark.parametrize("script", [SCRIPT, FRAME_SIZE_SCRIPT])
+def test_keypoint_arm_is_the_128_px_arm_plus_keypoints(tmp_path: Path) -> None:
+    result, commands = run_script(tmp_path, FOUR_TASKS_SCRIPT, ARMS="at128 kp32", STEPS="30")
+    assert result.returncode == 0, result.stderr
+    train128, train_kp = [c for c in commands if c[1] == "raytrain_vla.run"]
+    assert value(train_kp, "--ray.run_name") == "kp32"
+    assert value(train_kp, "--model.flow_vla.keypoints") == "32"
+    assert [a for a in train_kp if a != "--model.flow_vla.keypoints=32"] == [
+        a.replace("at128", "kp32") for a in train128
+    ]
+    evals = [c for c in commands if c[1] == "raytrain_vla.eval"]
+    assert [c[2] for c in evals] == [
+        str(tmp_path / "out" / a / "export") for a in ("at128", "kp32")
+    ]
+    assert sorted(json.loads(result.stdout.strip().splitlines()[-1])) == ["at128", "kp32"]
+
+
+@pytest.mark.parametrize("arms", ["", "at128 wide"])
+def test_unknown_arm_is_one_line_before_any_stage(tmp_path: Path, arms: str) -> None:
+    result, commands = run_script(tmp_path, FOUR_TASKS_SCRIPT, ARMS=arms)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert f"metaworld_four_tasks.sh: bad ARMS='{arms}'" in result.stderr
+    assert commands == []
+
+
+@pytest.mark.parametrize("script", [SCRIPT, FOUR_TASKS_SCRIPT])
 def test_bad_action_clip_is_one_line_before_any_stage(tmp_path: Path, script: Path) -> None:
     result, commands = run_script(tmp_path, script, ACTION_CLIP="1")
     assert result.returncode == 2

@@ -242,3 +242,64 @@ def test_text_longer_than_max_text_len_is_a_clear_error():
     batch["text_tokens"], batch["text_mask"] = tokenize(["x" * 30] * B, 30)
     with pytest.raises(ValueError, match="max_text_len"):
         model.compute_loss(batch, *noise_time())
+
+
+def test_keypoints_say_where_a_feature_is_finer_than_a_cell():
+    """SpatialSoftmax's (x, y) is a feature's softmax-weighted cell centre: one hot cell gives
+    that cell's centre, two equal neighbours the point between them (the sub-cell precision a
+    2-3 px marker needs), x across the width and y down the height."""
+    from raytrain_vla.models.flow_vla.layers import SpatialSoftmax
+
+    points = SpatialSoftmax(channels=1, keypoints=1)
+    with torch.no_grad():
+        points.conv.weight.fill_(1.0)
+        points.conv.bias.zero_()
+        points.log_temperature.fill_(5.0)  # sharp: a hot cell takes all the weight
+    features = torch.zeros(2, 1, 4, 8)  # h=4, w=8: cell centres x = -7/8..7/8, y = -3/4..3/4
+    features[0, 0, 1, 6] = 10.0
+    features[1, 0, 3, 2:4] = 10.0
+    xy = points(features)
+    assert xy.shape == (2, 1, 2)
+    torch.testing.assert_close(xy[0, 0], torch.tensor([5 / 8, -1 / 4]), atol=1e-4, rtol=0)
+    torch.testing.assert_close(xy[1, 0], torch.tensor([-1 / 4, 3 / 4]), atol=1e-4, rtol=0)
+
+
+def test_keypoint_tokens_follow_each_cameras_grid_and_learn():
+    """`keypoints=K` adds K tokens per camera after its grid (the per-camera blocks an image
+    mask relies on), every new weight gets a gradient, and an export's config rebuilds it;
+    `keypoints=0` (the default) builds exactly the parameters it always had."""
+    family = get_family("flow_vla")
+    spec = DataSpec(
+        camera_shapes={k: (3, 32, 24) for k in CAMS}, state_dim=S, action_dim=A, chunk_size=CHUNK
+    )
+    plain = FlowVLAConfig.resolve(FlowVLAOptions(), spec)
+    pointed = FlowVLAConfig.resolve(FlowVLAOptions(keypoints=8), spec)
+    assert FlowVLAConfig.from_dict(pointed.to_dict()) == pointed
+    assert family.input_budget(pointed).tokens_per_camera == 4 * 3 + 8
+    assert dataclasses.replace(plain, max_text_len=24, num_inference_steps=4) == make_model().config
+    torch.manual_seed(0)
+    model = family.build(dataclasses.replace(pointed, max_text_len=24))
+    assert not any("keypoint" in name for name, _ in make_model().named_parameters())
+    batch = make_batch()
+    text_emb = model.backbone.text_embed(batch["text_tokens"])
+    tokens = model.vision(batch["images"], text_emb, batch["text_mask"])
+    assert tokens.shape == (B, 2 * (4 * 3 + 8), 64)
+    noise, time = noise_time()
+    model(batch, noise, time).mean().backward()
+    new = {n: p for n, p in model.named_parameters() if "keypoint" in n}
+    assert len(new) == 2 * 3 + 3  # per camera: conv weight, bias, temperature; proj w, b; pos
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in new.values())
+
+
+def test_vision_channels_widen_the_stem():
+    """`model.flow_vla.vision_channels` sets each stem conv's width, with or without strides."""
+    spec = DataSpec(
+        camera_shapes={CAMS[0]: (3, 128, 128)}, state_dim=S, action_dim=A, chunk_size=CHUNK
+    )
+    wide = FlowVLAConfig.resolve(FlowVLAOptions(vision_channels=(64, 64, 48)), spec)
+    assert (wide.vision_strides, wide.vision_channels) == ((2, 2, 2), (64, 64, 48))
+    four = FlowVLAOptions(vision_strides=(2, 2, 2, 2), vision_channels=(16, 32, 64, 64))
+    finer = FlowVLAConfig.resolve(four, spec)
+    assert (finer.vision_strides, finer.vision_channels) == ((2, 2, 2, 2), (16, 32, 64, 64))
+    model = get_family("flow_vla").build(dataclasses.replace(wide, max_text_len=24))
+    assert [conv.out_channels for conv in model.vision.stems[0].convs] == [64, 64, 48]

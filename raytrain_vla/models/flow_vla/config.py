@@ -12,19 +12,7 @@ from typing import Any
 from raytrain_vla.common.spec import DataSpec
 from raytrain_vla.models.base import config_to_dict, known_fields
 from raytrain_vla.models.flow_vla.options import FlowVLAOptions
-
-# Dims each size fills. tiny: CPU tests/demo (<1M); small: CPU overhead benchmark; base: GPUs.
-SIZE_PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": dict(d_model=64, num_heads=2, backbone_layers=2, expert_d_model=64,
-                 expert_heads=2, expert_layers=2, vision_channels=(32, 32, 32),
-                 vision_strides=(2, 2, 2), film_dim=64),
-    "small": dict(d_model=384, num_heads=6, backbone_layers=8, expert_d_model=384,
-                  expert_heads=6, expert_layers=6, vision_channels=(64, 128, 256),
-                  vision_strides=(2, 2, 2), film_dim=256),
-    "base": dict(d_model=2048, num_heads=16, backbone_layers=16, expert_d_model=1024,
-                 expert_heads=16, expert_layers=12, vision_channels=(128, 256, 512, 768),
-                 vision_strides=(2, 2, 2, 2), film_dim=1024),
-}  # fmt: skip
+from raytrain_vla.models.flow_vla.presets import SIZE_PRESETS
 
 
 @dataclass(frozen=True)
@@ -45,6 +33,7 @@ class FlowVLAConfig:
     vision_channels: tuple[int, ...] = (32, 32, 32)
     vision_strides: tuple[int, ...] = (2, 2, 2)
     film_dim: int = 64
+    keypoints: int = 0  # spatial-softmax keypoint tokens per camera (model.flow_vla.keypoints)
     max_text_len: int = 48
     num_inference_steps: int = 10
 
@@ -73,21 +62,27 @@ class FlowVLAConfig:
     def resolve(cls, options: FlowVLAOptions, spec: DataSpec) -> FlowVLAConfig:
         """The size preset with the data's shapes. Cameras are seen at `data.image_size`, else at
         the first camera's resolution (the processor resizes every camera to it). Given
-        `vision_strides` replace the preset's; extra convs keep its last width."""
+        `vision_strides` replace the preset's (extra convs keep its last width), given
+        `vision_channels` its widths."""
         image_size = spec.image_size or spec.camera_shapes[spec.camera_keys[0]][1:]
         return cls.from_size(
             options.size, camera_keys=tuple(spec.camera_keys), image_size=tuple(image_size),
             state_dim=spec.state_dim, action_dim=spec.action_dim, chunk_size=spec.chunk_size,
             max_text_len=options.max_text_len, num_inference_steps=options.num_inference_steps,
-            **stem_override(options.size, options.vision_strides),
+            keypoints=options.keypoints,
+            **stem_override(options.size, options.vision_strides, options.vision_channels),
         )  # fmt: skip
 
 
-def stem_override(size: str, strides: tuple[int, ...]) -> dict[str, Any]:
-    """The stem dims for user-given strides (none: the preset's own): one conv per stride, the
-    preset's widths first, then its last width repeated (or cut to the first len(strides))."""
-    if not strides:
+def stem_override(
+    size: str, strides: tuple[int, ...], channels: tuple[int, ...] = ()
+) -> dict[str, Any]:
+    """The stem dims for user-given strides and widths (none: the preset's own). One conv per
+    stride: given widths, else the preset's widths first, then its last width repeated (or cut
+    to the first len(strides)). `FlowVLAOptions.check` has matched widths to convs."""
+    if not strides and not channels:
         return {}
-    widths = tuple(SIZE_PRESETS[size]["vision_channels"])
+    strides = tuple(strides) or tuple(SIZE_PRESETS[size]["vision_strides"])
+    widths = tuple(channels) or tuple(SIZE_PRESETS[size]["vision_channels"])
     widths = (widths + (widths[-1],) * len(strides))[: len(strides)]
-    return {"vision_strides": tuple(strides), "vision_channels": widths}
+    return {"vision_strides": strides, "vision_channels": widths}

@@ -32,13 +32,13 @@ class FlowVLAFamily(ModelFamily):
 
     def input_budget(self, config: FlowVLAConfig) -> InputBudget:
         """Every camera is resized to `config.image_size`; each stride-2 conv halves it, and the
-        last feature map's cells are the tokens. Text is UTF-8 bytes."""
+        last feature map's cells are the tokens, then `keypoints` more. Text is UTF-8 bytes."""
         height, width = config.image_size
         for stride in config.vision_strides:
             height, width = conv_out_size(height, stride), conv_out_size(width, stride)
         return InputBudget(
             image_size=tuple(config.image_size),
-            tokens_per_camera=height * width,
+            tokens_per_camera=height * width + config.keypoints,
             pixels_per_token=math.prod(config.vision_strides),
             text_budget=config.max_text_len,
             text_budget_key=f"model.{self.name}.max_text_len",

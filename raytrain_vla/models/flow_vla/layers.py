@@ -1,4 +1,4 @@
-"""Small building blocks for the built-in VLA: attention blocks, FiLM, CoordConv, time embedding.
+"""Small building blocks for the built-in VLA: attention, FiLM, CoordConv, keypoints, time steps.
 
 Blocks hold no buffers, so a model built on the meta device needs only ``init_weights`` after
 ``to_empty`` (torchtitan's build order: meta model, shard, init, optimizer, checkpoint load).
@@ -182,6 +182,34 @@ class FiLMConvStem(nn.Module):
         for conv, film in zip(self.convs, self.films, strict=True):
             x = F.relu(film(conv(x), cond))
         return x
+
+
+class SpatialSoftmax(nn.Module):
+    """Keypoints of a feature map: each of K learned 1x1-conv channels' softmax-weighted mean
+    (x, y) in [-1, 1] (Levine et al. 2016; robomimic's and Diffusion Policy's visual encoders).
+
+    A grid token says "the puck is in this 8 x 8 px cell"; a keypoint says where, to a fraction
+    of a cell, which is the precision reach, push and pick-place need of a 2-3 px marker.
+    """
+
+    def __init__(self, channels: int, keypoints: int):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, keypoints, 1)
+        self.log_temperature = nn.Parameter(torch.empty(keypoints))  # learned sharpness per point
+
+    def init_weights(self) -> None:
+        self.conv.reset_parameters()
+        nn.init.zeros_(self.log_temperature)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        """features (B, C, h, w) -> keypoints (B, K, 2) as (x, y)."""
+        _, _, h, w = features.shape
+        logits = self.conv(features).flatten(2) * self.log_temperature.exp()[:, None]
+        weights = logits.float().softmax(-1).to(features.dtype)  # (B, K, h*w)
+        ys = torch.linspace(-1 + 1 / h, 1 - 1 / h, h, device=features.device)
+        xs = torch.linspace(-1 + 1 / w, 1 - 1 / w, w, device=features.device)
+        grid = torch.stack(torch.meshgrid(xs, ys, indexing="xy"), dim=-1).reshape(h * w, 2)
+        return weights @ grid.to(features.dtype)
 
 
 def conv_out_size(size: int, stride: int, kernel: int = 3, padding: int = 1) -> int:

@@ -19,6 +19,7 @@ from raytrain_vla.models.flow_vla.config import FlowVLAConfig
 from raytrain_vla.models.flow_vla.layers import (
     MLP,
     FiLMConvStem,
+    SpatialSoftmax,
     TransformerBlock,
     conv_out_size,
     init_linear,
@@ -45,9 +46,21 @@ class FiLMVision(nn.Module):
         h, w = cfg.image_size
         for stride in cfg.vision_strides:
             h, w = conv_out_size(h, stride), conv_out_size(w, stride)
-        self.tokens_per_camera = h * w
+        self.tokens_per_camera = h * w + cfg.keypoints
         self.proj = nn.Linear(cfg.vision_channels[-1], cfg.d_model)
         self.pos = nn.Parameter(torch.empty(len(self.camera_keys), h * w, cfg.d_model))
+        # `keypoints` > 0: each camera's grid tokens are followed by K keypoint tokens, a
+        # keypoint's (x, y) projected and added to that keypoint's own embedding.
+        self.keypoints = nn.ModuleList(
+            SpatialSoftmax(cfg.vision_channels[-1], cfg.keypoints)
+            for _ in self.camera_keys
+            if cfg.keypoints
+        )
+        if cfg.keypoints:
+            self.keypoint_proj = nn.Linear(2, cfg.d_model)
+            self.keypoint_pos = nn.Parameter(
+                torch.empty(len(self.camera_keys), cfg.keypoints, cfg.d_model)
+            )
 
     def init_weights(self) -> None:
         self.text_pool.reset_parameters()
@@ -56,6 +69,11 @@ class FiLMVision(nn.Module):
             stem.init_weights()
         init_linear(self.proj)
         nn.init.normal_(self.pos, std=0.1)
+        for keypoints in self.keypoints:  # after the rest: keypoints=0 draws the same weights
+            keypoints.init_weights()
+        if self.keypoints:
+            init_linear(self.keypoint_proj)
+            nn.init.normal_(self.keypoint_pos, std=0.1)
 
     def forward(
         self, images: dict[str, torch.Tensor], text_emb: torch.Tensor, text_mask: torch.Tensor
@@ -70,6 +88,9 @@ class FiLMVision(nn.Module):
         for i, (key, stem) in enumerate(zip(self.camera_keys, self.stems, strict=True)):
             x = stem(images[key], cond)
             out.append(self.proj(x.flatten(2).transpose(1, 2)) + self.pos[i])
+            if self.keypoints:
+                points = self.keypoints[i](x)
+                out.append(self.keypoint_proj(points) + self.keypoint_pos[i])
         return torch.cat(out, dim=1)
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from raytrain_vla.config.families import FamilyOptions
+from raytrain_vla.models.flow_vla.presets import SIZE_PRESETS
 
 # A named alias: draccus's field-comment reader (for --help) skips quoted types.
 FlowVLASize = Literal["tiny", "small", "base"]
@@ -29,6 +30,12 @@ class FlowVLAOptions(FamilyOptions):
     # keep its last width, so [2, 2, 2, 2] sees 256 px frames as the same 16 x 16 tokens the
     # tiny preset makes of 128 px ones: finer pixels for small goal markers, no more tokens.
     vision_strides: tuple[int, ...] = ()
+    # Each vision-stem conv's width; empty: the preset's (as extended by vision_strides). Given,
+    # one width per conv: as many as vision_strides, or the preset's conv count.
+    vision_channels: tuple[int, ...] = ()
+    # Spatial-softmax keypoint tokens per camera, after its grid tokens; 0: none. Each is one
+    # learned feature's (x, y), finer than a grid cell (robomimic's and Diffusion Policy's).
+    keypoints: int = 0
 
     def check(self, key: str) -> None:
         for name in ("max_text_len", "num_inference_steps"):
@@ -41,6 +48,23 @@ class FlowVLAOptions(FamilyOptions):
             raise ValueError(
                 f"bad value for '{key}.vision_strides': {list(self.vision_strides)}, expected "
                 "positive integers (or [] for the size preset's)"
+            )
+        if any(width < 1 for width in self.vision_channels):
+            raise ValueError(
+                f"bad value for '{key}.vision_channels': {list(self.vision_channels)}, expected "
+                "positive integers (or [] for the size preset's)"
+            )
+        convs = len(self.vision_strides or SIZE_PRESETS[self.size]["vision_strides"])
+        if self.vision_channels and len(self.vision_channels) != convs:
+            source = f"'{key}.vision_strides'" if self.vision_strides else f"the {self.size} preset"
+            raise ValueError(
+                f"bad value for '{key}.vision_channels': {list(self.vision_channels)}, expected "
+                f"{convs} widths, one per stem conv ({source} has {convs})"
+            )
+        if self.keypoints < 0:
+            raise ValueError(
+                f"bad value for '{key}.keypoints': {self.keypoints}, expected 0 (none) or a "
+                "positive integer"
             )
 
 
