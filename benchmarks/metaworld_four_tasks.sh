@@ -11,6 +11,10 @@
 #               the same 16 x 16 tokens, +-8 px shifts (the same fraction of the frame);
 #        kp32:  at128 plus 32 spatial-softmax keypoint tokens (`model.flow_vla.keypoints=32`):
 #               where a feature is, finer than the grid's 8 x 8 px cells;
+#        kp32w: kp32 with a stem twice as wide (`model.flow_vla.vision_channels=[64,64,64]`);
+#        kp32s4w128: 32 keypoints over an 8 x 8 grid (a fourth stride-2 conv, widths 32, 32, 64,
+#               64) and transformers twice as wide (`model.flow_vla.width=128`): 3.7x the
+#               parameters at kp32's cost per sample;
 #   3. `eval --env metaworld` of each: 10 episodes a task as lerobot-eval runs them (reset seeds
 #      1000 + k, 500 steps), replanning every N_ACTION_STEPS; all render at 256 and the
 #      policies' processors resize, as in training.
@@ -42,6 +46,8 @@ declare -A ARM_ARGS=(
   [at128]="--data.image_size=[128,128] --data.augment.max_shift_px=4"
   [at256]="--model.flow_vla.vision_strides=[2,2,2,2] --data.augment.max_shift_px=8"
   [kp32]="--data.image_size=[128,128] --data.augment.max_shift_px=4 --model.flow_vla.keypoints=32"
+  [kp32s4w128]="--data.image_size=[128,128] --data.augment.max_shift_px=4 --model.flow_vla.keypoints=32 --model.flow_vla.vision_strides=[2,2,2,2] --model.flow_vla.vision_channels=[32,32,64,64] --model.flow_vla.width=128"
+  [kp32w]="--data.image_size=[128,128] --data.augment.max_shift_px=4 --model.flow_vla.keypoints=32 --model.flow_vla.vision_channels=[64,64,64]"
 )
 read -ra ARM_LIST <<<"$ARMS"
 [ ${#ARM_LIST[@]} -gt 0 ] || {

@@ -95,6 +95,7 @@ def test_lr_groups_from_the_command_line():
         (["--ray.run_name="], "'ray.run_name': ''"),
         (["--model.flow_vla.vision_strides=[2, 0]"], "'model.flow_vla.vision_strides': [2, 0]"),
         (["--model.flow_vla.keypoints=-1"], "'model.flow_vla.keypoints': -1"),
+        (["--model.flow_vla.width=100"], "'model.flow_vla.width': 100, expected 0"),
         (["--model.flow_vla.vision_channels=[64, 64]"], "expected 3 widths, one per stem conv"),
         (
             ["--model.flow_vla.vision_strides=[2,2,2,2]", "--model.flow_vla.vision_channels=[8]"],

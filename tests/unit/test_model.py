@@ -303,3 +303,21 @@ def test_vision_channels_widen_the_stem():
     assert (finer.vision_strides, finer.vision_channels) == ((2, 2, 2, 2), (16, 32, 64, 64))
     model = get_family("flow_vla").build(dataclasses.replace(wide, max_text_len=24))
     assert [conv.out_channels for conv in model.vision.stems[0].convs] == [64, 64, 48]
+
+
+def test_width_widens_both_transformers_at_the_presets_head_size():
+    """`model.flow_vla.width` sets d_model, the expert's and FiLM's width; heads stay 32 wide."""
+    spec = DataSpec(
+        camera_shapes={CAMS[0]: (3, 64, 64)}, state_dim=S, action_dim=A, chunk_size=CHUNK
+    )
+    wide = FlowVLAConfig.resolve(FlowVLAOptions(width=128), spec)
+    dims = (wide.d_model, wide.num_heads, wide.expert_d_model, wide.expert_heads, wide.film_dim)
+    assert dims == (128, 4, 128, 4, 128)
+    assert FlowVLAConfig.resolve(FlowVLAOptions(width=0), spec) == FlowVLAConfig.resolve(
+        FlowVLAOptions(), spec
+    )
+    model = get_family("flow_vla").build(dataclasses.replace(wide, max_text_len=24))
+    tokens, mask = tokenize(["reach"] * 2, 24)
+    obs = {"images": {CAMS[0]: torch.rand(2, 3, 64, 64)}, "state": torch.randn(2, S),
+           "text_tokens": tokens, "text_mask": mask}  # fmt: skip
+    assert model.sample_actions(obs, torch.randn(2, CHUNK, A)).shape == (2, CHUNK, A)

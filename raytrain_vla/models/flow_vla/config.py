@@ -63,7 +63,7 @@ class FlowVLAConfig:
         """The size preset with the data's shapes. Cameras are seen at `data.image_size`, else at
         the first camera's resolution (the processor resizes every camera to it). Given
         `vision_strides` replace the preset's (extra convs keep its last width), given
-        `vision_channels` its widths."""
+        `vision_channels` its widths, a given `width` its transformer dims."""
         image_size = spec.image_size or spec.camera_shapes[spec.camera_keys[0]][1:]
         return cls.from_size(
             options.size, camera_keys=tuple(spec.camera_keys), image_size=tuple(image_size),
@@ -71,7 +71,22 @@ class FlowVLAConfig:
             max_text_len=options.max_text_len, num_inference_steps=options.num_inference_steps,
             keypoints=options.keypoints,
             **stem_override(options.size, options.vision_strides, options.vision_channels),
+            **width_override(options.size, options.width),
         )  # fmt: skip
+
+
+def width_override(size: str, width: int) -> dict[str, Any]:
+    """The transformer dims for a user-given width (0: the preset's): both transformers and the
+    FiLM conditioning at `width`, heads of the preset's head size."""
+    if not width:
+        return {}
+    preset = SIZE_PRESETS[size]
+    head_dim = preset["d_model"] // preset["num_heads"]
+    expert_head_dim = preset["expert_d_model"] // preset["expert_heads"]
+    return dict(
+        d_model=width, num_heads=width // head_dim, expert_d_model=width,
+        expert_heads=width // expert_head_dim, film_dim=width,
+    )  # fmt: skip
 
 
 def stem_override(

@@ -36,6 +36,9 @@ class FlowVLAOptions(FamilyOptions):
     # Spatial-softmax keypoint tokens per camera, after its grid tokens; 0: none. Each is one
     # learned feature's (x, y), finer than a grid cell (robomimic's and Diffusion Policy's).
     keypoints: int = 0
+    # The transformers' width (backbone and action expert d_model, FiLM's conditioning); 0: the
+    # preset's. Heads keep the preset's head size, so the width must be a multiple of it.
+    width: int = 0
 
     def check(self, key: str) -> None:
         for name in ("max_text_len", "num_inference_steps"):
@@ -60,6 +63,12 @@ class FlowVLAOptions(FamilyOptions):
             raise ValueError(
                 f"bad value for '{key}.vision_channels': {list(self.vision_channels)}, expected "
                 f"{convs} widths, one per stem conv ({source} has {convs})"
+            )
+        head_dim = SIZE_PRESETS[self.size]["d_model"] // SIZE_PRESETS[self.size]["num_heads"]
+        if self.width < 0 or self.width % head_dim:
+            raise ValueError(
+                f"bad value for '{key}.width': {self.width}, expected 0 (the preset's) or a "
+                f"positive multiple of the {self.size} preset's head size {head_dim}"
             )
         if self.keypoints < 0:
             raise ValueError(
