@@ -148,10 +148,14 @@ def add_coords(x: torch.Tensor) -> torch.Tensor:
     Plain convolutions are translation invariant; the coordinates let a tiny CNN say *where*.
     """
     b, _, h, w = x.shape
-    ys = torch.linspace(-1 + 1 / h, 1 - 1 / h, h, device=x.device, dtype=x.dtype)
-    xs = torch.linspace(-1 + 1 / w, 1 - 1 / w, w, device=x.device, dtype=x.dtype)
-    grid = torch.stack(torch.meshgrid(xs, ys, indexing="xy"), dim=0)  # (2, H, W)
-    return torch.cat([x, grid.expand(b, 2, h, w)], dim=1)
+    return torch.cat([x, cell_centres(h, w, x.device, x.dtype).expand(b, 2, h, w)], dim=1)
+
+
+def cell_centres(h: int, w: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """(2, H, W): each cell centre's x and y in [-1, 1], what CoordConv and keypoints share."""
+    ys = torch.linspace(-1 + 1 / h, 1 - 1 / h, h, device=device, dtype=dtype)
+    xs = torch.linspace(-1 + 1 / w, 1 - 1 / w, w, device=device, dtype=dtype)
+    return torch.stack(torch.meshgrid(xs, ys, indexing="xy"), dim=0)
 
 
 class FiLMConvStem(nn.Module):
@@ -206,10 +210,8 @@ class SpatialSoftmax(nn.Module):
         _, _, h, w = features.shape
         logits = self.conv(features).flatten(2) * self.log_temperature.exp()[:, None]
         weights = logits.float().softmax(-1).to(features.dtype)  # (B, K, h*w)
-        ys = torch.linspace(-1 + 1 / h, 1 - 1 / h, h, device=features.device)
-        xs = torch.linspace(-1 + 1 / w, 1 - 1 / w, w, device=features.device)
-        grid = torch.stack(torch.meshgrid(xs, ys, indexing="xy"), dim=-1).reshape(h * w, 2)
-        return weights @ grid.to(features.dtype)
+        grid = cell_centres(h, w, features.device, features.dtype).flatten(1).T  # (h*w, 2)
+        return weights @ grid
 
 
 def conv_out_size(size: int, stride: int, kernel: int = 3, padding: int = 1) -> int:
