@@ -10,14 +10,16 @@ could fail for two opposite reasons, and they call for opposite levers:
 This predicts the action chunk at every `--stride`-th frame of every episode of `--dataset` (the
 noise drawn from `--seed`, the same for every frame count), splits episodes as the trainer does
 (`data.val_fraction`'s seeded choice, or `--val-episodes`), and reports per task and split
-(and over all tasks, under "all"):
+(and over all tasks, under "all"). `--unseen ROOT` adds a third split, "unseen": every episode
+of a second dataset of fresh scenes (`data metaworld --seed` apart from the demos'), since the
+trainer's 5% holds out only a few episodes a task:
 - `mse_ratio`: the chunk's action MSE over the mean action's (the trainer's `val_mse_ratio`,
   with the mean of the training episodes' actions);
 - `first_xyz_error`: the mean distance between the predicted and the expert's first xyz action
   (what the env executes, in its action units: 1 moves the hand 1 cm per step).
 
     python benchmarks/metaworld_fit.py POLICY_DIR --dataset ROOT [--action-clip -1,1]
-        [--stride 4] [--val-fraction 0.05] [--val-episodes 3,17]
+        [--unseen ROOT2] [--stride 4] [--val-fraction 0.05] [--val-episodes 3,17]
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("policy", help="an exported policy directory")
     parser.add_argument("--dataset", required=True, help="the LeRobot dataset it trained on")
+    parser.add_argument("--unseen", default="", help="a dataset of scenes it never saw")
     parser.add_argument("--action-clip", default="", help="LOW,HIGH: as data.action_clip")
     parser.add_argument("--stride", type=int, default=4, help="score every n-th frame")
     parser.add_argument("--val-fraction", type=float, default=0.05)
@@ -122,11 +125,16 @@ def main() -> None:
         if split == "train":
             actions = episode.action.astype(np.float32)
             train_actions.append(np.clip(actions, *clip) if clip else actions)
+    if args.unseen:
+        for episode in read_episodes(args.unseen):
+            parts[(episode.task, "unseen")].append(
+                episode_errors(policy, episode, args.stride, args.seed, clip)
+            )
     mean_action = np.concatenate(train_actions).mean(0)
     report: dict[str, dict] = defaultdict(dict)
     for (task, split), task_parts in sorted(parts.items()):
         report[task][split] = summarise(task_parts, mean_action)
-    for split in ("train", "held_out"):
+    for split in ("train", "held_out", "unseen"):
         every = [p for (_, s), task_parts in parts.items() if s == split for p in task_parts]
         if every:
             report["all"][split] = summarise(every, mean_action)

@@ -73,7 +73,8 @@ def test_a_policy_answering_the_mean_action_scores_one_on_its_training_episodes(
     train_mean = actions[~np.isin(episode, held_out)].mean(0)
     policy = mean_policy(dataset, tmp_path / "export", train_mean)
     out = subprocess.run(
-        [sys.executable, str(SCRIPT), str(policy), "--dataset", str(dataset), "--stride", "3"],
+        [sys.executable, str(SCRIPT), str(policy), "--dataset", str(dataset), "--stride", "3",
+         "--unseen", str(dataset)],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     report = json.loads(out.stdout.strip().splitlines()[-1])
@@ -88,4 +89,7 @@ def test_a_policy_answering_the_mean_action_scores_one_on_its_training_episodes(
     }
     assert {s: task[s]["frames"] for s in expected} == expected
     assert task["train"]["mse_ratio"] == pytest.approx(1.0, abs=2e-3)
+    # --unseen scores every episode of its dataset, against the training episodes' mean
+    assert task["unseen"]["frames"] == expected["train"] + expected["held_out"]
+    assert task["unseen"]["episodes"] == 3
     assert task["train"]["first_xyz_error"] > 0.0
