@@ -18,7 +18,7 @@ trainer's 5% holds out only a few episodes a task:
 - `first_xyz_error`: the mean distance between the predicted and the expert's first xyz action
   (what the env executes, in its action units: 1 moves the hand 1 cm per step).
 
-    python benchmarks/metaworld_fit.py POLICY_DIR --dataset ROOT [--action-clip -1,1]
+    python benchmarks/metaworld_fit.py POLICY_DIR --dataset ROOT [--action-clip=-1,1]
         [--unseen ROOT2] [--stride 4] [--val-fraction 0.05] [--val-episodes 3,17]
 """
 
@@ -98,7 +98,9 @@ def main() -> None:
     parser.add_argument("policy", help="an exported policy directory")
     parser.add_argument("--dataset", required=True, help="the LeRobot dataset it trained on")
     parser.add_argument("--unseen", default="", help="a dataset of scenes it never saw")
-    parser.add_argument("--action-clip", default="", help="LOW,HIGH: as data.action_clip")
+    parser.add_argument(
+        "--action-clip", default="", help="LOW,HIGH (write --action-clip=-1,1): as data.action_clip"
+    )
     parser.add_argument("--stride", type=int, default=4, help="score every n-th frame")
     parser.add_argument("--val-fraction", type=float, default=0.05)
     parser.add_argument("--val-episodes", default="", help="comma-separated held-out episodes")
