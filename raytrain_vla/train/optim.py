@@ -122,7 +122,10 @@ def _build_muon(
     return MuonAdamW(
         torch_groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps,
         momentum=cfg.muon.momentum, nesterov=cfg.muon.nesterov,
-        newton_schulz=NewtonSchulz(steps=cfg.muon.ns_steps), adjust_lr=cfg.muon.adjust_lr,
+        newton_schulz=NewtonSchulz(
+            steps=cfg.muon.ns_steps, dtype=getattr(torch, cfg.muon.ns_dtype)
+        ),
+        adjust_lr=cfg.muon.adjust_lr,
     )  # fmt: skip
 
 

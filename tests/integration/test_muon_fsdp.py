@@ -63,7 +63,11 @@ def _groups(model: nn.Module, muon: set[str]) -> list[dict]:
     ]  # fmt: skip
 
 
-def muon_step_program(rank: int, world: int, hsdp: bool = False) -> dict:
+def muon_step_program(
+    rank: int, world: int, hsdp: bool = False, dtype: torch.dtype = torch.bfloat16
+) -> dict:
+    """bf16: against torch.optim.Muon; another dtype: against our optimizer in one process on
+    the whole matrices with the same Newton-Schulz (torch's has no dtype to choose)."""
     torch.manual_seed(0)
     model = Net()
     reference = copy.deepcopy(model)
@@ -76,13 +80,20 @@ def muon_step_program(rank: int, world: int, hsdp: bool = False) -> dict:
     for block in model.blocks:
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
-    ns = CountingNS()
+    ns = CountingNS(dtype=dtype)
     object.__setattr__(ns, "calls", [])
     opt = MuonAdamW(_groups(model, muon), lr=LR, betas=(0.9, 0.95), eps=1e-8, newton_schulz=ns)
     ref_named = dict(reference.named_parameters())
-    ref_muon = torch.optim.Muon(
-        [ref_named[n] for n in ref_named if n in muon], lr=LR, weight_decay=WD,
-        adjust_lr_fn="match_rms_adamw",
+    ref_muon = (
+        torch.optim.Muon(
+            [ref_named[n] for n in ref_named if n in muon], lr=LR, weight_decay=WD,
+            adjust_lr_fn="match_rms_adamw",
+        )
+        if dtype == torch.bfloat16
+        else MuonAdamW(
+            _groups(reference, muon)[:1], lr=LR, betas=(0.9, 0.95), eps=1e-8,
+            newton_schulz=NewtonSchulz(dtype=dtype),
+        )
     )  # fmt: skip
     ref_adamw = torch.optim.AdamW(
         [ref_named[n] for n in ref_named if n not in muon], lr=LR, weight_decay=WD,
@@ -116,6 +127,10 @@ def hsdp_program(rank: int, world: int) -> dict:
     return muon_step_program(rank, world, hsdp=True)
 
 
+def fp32_program(rank: int, world: int) -> dict:
+    return muon_step_program(rank, world, dtype=torch.float32)
+
+
 def _check(result: dict, owners: int, steps: int = 3) -> None:
     assert result["unequal"] == [], (result["unequal"], result["largest"])
     assert result["muon_matrices"] == 4  # up and down of each block; embed and lm_head excluded
@@ -137,3 +152,7 @@ def test_muon_on_four_ranks_with_an_empty_shard(tmp_path):
 
 def test_muon_on_a_two_by_two_hsdp_mesh(tmp_path):
     _check(run_distributed(hsdp_program, tmp_path, world=4), owners=2)
+
+
+def test_fp32_newton_schulz_on_two_ranks_equals_one_process(tmp_path):
+    _check(run_distributed(fp32_program, tmp_path, world=2), owners=2)

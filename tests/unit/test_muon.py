@@ -112,6 +112,11 @@ def test_lr_groups_split_into_muon_and_adamw_halves_with_the_scaled_lr():
             "does not support train.cpu_offload",
         ),
         (["--optimizer.type=muon", "--optimizer.muon.ns_steps=0"], "'optimizer.muon.ns_steps'"),
+        (
+            ["--optimizer.type=muon", "--optimizer.muon.ns_dtype=float16"],
+            "'optimizer.muon.ns_dtype'",
+        ),
+        (["--optimizer.muon.ns_dtype=float32"], "'optimizer.muon.ns_dtype' is set but"),
         (["--optimizer.type=muon", '--optimizer.muon.exclude_patterns=["("]'], "not a regex"),
     ],
 )
@@ -136,3 +141,35 @@ def test_frozen_roles_stay_out_of_both_halves():
     assert not in_optimizer & frozen
     assert {g["name"] for g in opt.param_groups} >= {"backbone/muon", "action_expert/muon"}
     assert not any(g["name"].startswith("vision") for g in opt.param_groups)
+
+
+def test_newton_schulz_op_for_op_is_torchs_in_bf16_and_runs_in_fp32_when_asked():
+    """Our iteration, in bf16, gives torch's bits: so the fp32 one is torch's algorithm at
+    another precision, not a different optimizer. Wide and tall matrices (tall: transposed)."""
+    from torch.optim._muon import _zeropower_via_newtonschulz
+
+    from raytrain_vla.train.newton_schulz import NewtonSchulz, newton_schulz
+
+    ns = NewtonSchulz()
+    for shape in [(16, 40), (40, 16)]:
+        m = torch.randn(shape, generator=torch.Generator().manual_seed(sum(shape)))
+        kept = m.clone()
+        ours = newton_schulz(m, ns.coefficients, ns.steps, ns.eps, torch.bfloat16)
+        assert torch.equal(ours, _zeropower_via_newtonschulz(m, ns.coefficients, 5, ns.eps))
+        fp32 = NewtonSchulz(dtype=torch.float32)(m)
+        assert fp32.dtype == torch.float32 and torch.equal(m, kept)  # the input is untouched
+        assert (fp32 - ours.float()).abs().max() < 0.02
+        # orthogonalised: the singular values land near 1 (Muon's quintic leaves 0.5-1.5)
+        singular = torch.linalg.svdvals(fp32)
+        assert 0.5 < float(singular.min()) and float(singular.max()) < 1.5
+
+
+def test_ns_dtype_reaches_the_optimizer():
+    from raytrain_vla.common.spec import DataSpec
+
+    cfg = parse_cli(["--optimizer.type=muon", "--optimizer.muon.ns_dtype=float32"])
+    family = get_family("flow_vla")
+    spec = DataSpec({"observation.image": (3, 32, 32)}, state_dim=3, action_dim=2, chunk_size=4)
+    model = family.build(family.resolve_config(family.tiny_options(None), spec))
+    opt = build_optimizer(model, resolve_groups(model, cfg.optimizer), cfg.optimizer)
+    assert opt.newton_schulz.dtype == torch.float32
