@@ -38,12 +38,7 @@ class NewtonSchulz:
     dtype: torch.dtype = torch.bfloat16
 
     def __call__(self, matrix: Tensor) -> Tensor:
-        """The orthogonalised matrix in `dtype`; in bf16 exactly as torch.optim.Muon computes it
-        (torch's own function)."""
-        if self.dtype == torch.bfloat16:
-            from torch.optim._muon import _zeropower_via_newtonschulz
-
-            return _zeropower_via_newtonschulz(matrix, self.coefficients, self.steps, self.eps)
+        """The orthogonalised matrix in `dtype`; in bf16 torch.optim.Muon's bits."""
         return newton_schulz(matrix, self.coefficients, self.steps, self.eps, self.dtype)
 
 
@@ -52,7 +47,8 @@ def newton_schulz(
     dtype: torch.dtype,
 ) -> Tensor:  # fmt: skip
     """torch.optim.Muon's quintic iteration (`_zeropower_via_newtonschulz`) in `dtype`, op for
-    op: in bf16 its bits are torch's (a unit test holds it to that)."""
+    op, so that one implementation serves both dtypes: in bf16 its bits are torch's
+    (tests/unit/test_muon.py holds it to that, and test_muon_fsdp to torch's optimizer)."""
     a, b, c = coefficients
     tall = matrix.size(0) > matrix.size(1)
     x = matrix.to(dtype)

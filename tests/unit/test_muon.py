@@ -81,13 +81,17 @@ def test_one_process_equals_torch_muon_and_adamw_bit_for_bit(nesterov, adjust):
     assert opt.comm_bytes == 0  # nothing sharded, nothing moved
 
 
-def test_lr_groups_split_into_muon_and_adamw_halves_with_the_scaled_lr():
-    cfg = parse_cli(["--optimizer.type=muon", "--optimizer.muon.lr_scale=2.0"])
-    family = get_family("flow_vla")
+def tiny_flow_vla() -> nn.Module:
     from raytrain_vla.common.spec import DataSpec
 
+    family = get_family("flow_vla")
     spec = DataSpec({"observation.image": (3, 32, 32)}, state_dim=3, action_dim=2, chunk_size=4)
-    model = family.build(family.resolve_config(family.tiny_options(None), spec))
+    return family.build(family.resolve_config(family.tiny_options(None), spec))
+
+
+def test_lr_groups_split_into_muon_and_adamw_halves_with_the_scaled_lr():
+    cfg = parse_cli(["--optimizer.type=muon", "--optimizer.muon.lr_scale=2.0"])
+    model = tiny_flow_vla()
     opt = build_optimizer(model, resolve_groups(model, cfg.optimizer), cfg.optimizer)
     by_name = {g["name"]: g for g in opt.param_groups}
     assert {"backbone", "backbone/muon", "action_expert", "action_expert/muon"} <= set(by_name)
@@ -127,12 +131,9 @@ def test_settings_muon_cannot_serve_are_refused_naming_the_key(args, message):
 
 def test_frozen_roles_stay_out_of_both_halves():
     cfg = parse_cli(["--optimizer.type=muon", "--optimizer.freeze_roles=[vision]"])
-    family = get_family("flow_vla")
-    from raytrain_vla.common.spec import DataSpec
     from raytrain_vla.train.optim import freeze_for_config
 
-    spec = DataSpec({"observation.image": (3, 32, 32)}, state_dim=3, action_dim=2, chunk_size=4)
-    model = family.build(family.resolve_config(family.tiny_options(None), spec))
+    model = tiny_flow_vla()
     frozen = set(freeze_for_config(model, cfg.optimizer))
     opt = build_optimizer(model, resolve_groups(model, cfg.optimizer), cfg.optimizer)
     names = {id(p): n for n, p in model.named_parameters()}
@@ -165,11 +166,7 @@ def test_newton_schulz_op_for_op_is_torchs_in_bf16_and_runs_in_fp32_when_asked()
 
 
 def test_ns_dtype_reaches_the_optimizer():
-    from raytrain_vla.common.spec import DataSpec
-
     cfg = parse_cli(["--optimizer.type=muon", "--optimizer.muon.ns_dtype=float32"])
-    family = get_family("flow_vla")
-    spec = DataSpec({"observation.image": (3, 32, 32)}, state_dim=3, action_dim=2, chunk_size=4)
-    model = family.build(family.resolve_config(family.tiny_options(None), spec))
+    model = tiny_flow_vla()
     opt = build_optimizer(model, resolve_groups(model, cfg.optimizer), cfg.optimizer)
     assert opt.newton_schulz.dtype == torch.float32
